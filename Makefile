@@ -1,0 +1,27 @@
+# Two commands do everything: `make demo` and `make test` (see README.md).
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.bert_tf-installed
+
+.PHONY: demo test lint bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): install/setup_env.sh install/requirements.txt install/horovod-0.28.1-tf2.21.patch setup.py
+	bash install/setup_env.sh
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/hadolint Dockerfile
+
+test: lint
+	$(PY) -m pytest -q tests
+
+demo: venv
+	$(PY) -m bert_tf.demo
+
+bench: venv
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) demo_output bench/results

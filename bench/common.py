@@ -1,0 +1,264 @@
+"""Shared benchmark helpers: step timing, a measured matmul peak, BERT pretraining
+FLOPs, model FLOPs utilisation, peak RSS and the results writer.
+
+Nothing here imports TensorFlow or PyTorch at module level, so the peer scripts
+(which run in their own venvs) use the same timing and FLOPs code as ours.
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+# The two configurations every training benchmark measures (issue 8).
+BERT_BASE = dict(name="base", num_hidden_layers=12, hidden_size=768, num_attention_heads=12,
+                 intermediate_size=3072)
+BERT_SMALL = dict(name="small", num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+                  intermediate_size=1024)
+BERT_LARGE = dict(name="large", num_hidden_layers=24, hidden_size=1024, num_attention_heads=16,
+                  intermediate_size=4096)
+# For smoke runs (gpu_check.sh's CPU fallback), not for figures.
+BERT_TINY = dict(name="tiny", num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                 intermediate_size=128)
+SHAPES = {c["name"]: c for c in (BERT_BASE, BERT_SMALL, BERT_LARGE, BERT_TINY)}
+VOCAB_SIZE = 30522
+JSON_MARK = "BENCH_JSON "
+
+
+def time_step(step, *, warmup=2, repeats=5, steps_per_repeat=1):
+    """Times `step()` (which must block until its result exists) after `warmup`
+    untimed calls; returns the median and spread of seconds per step over
+    `repeats` timed groups of `steps_per_repeat` calls."""
+    for _ in range(warmup):
+        step()
+    per_step = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps_per_repeat):
+            step()
+        per_step.append((time.perf_counter() - start) / steps_per_repeat)
+    return {
+        "step_s": statistics.median(per_step),
+        "step_s_min": min(per_step),
+        "step_s_max": max(per_step),
+        "repeats": repeats,
+        "steps_per_repeat": steps_per_repeat,
+        "warmup": warmup,
+    }
+
+
+def synthetic_batch(batch_size, seq_length, masked_positions, vocab_size=VOCAB_SIZE, seed=0):
+    """One fixed pretraining batch as numpy arrays under Google's feature names,
+    the same for every framework: full-length pairs (segment A then B),
+    `masked_positions` distinct sorted positions per sequence, random labels."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shape = (batch_size, seq_length)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, seq_length), masked_positions,
+                                             replace=False) for _ in range(batch_size)]), axis=1)
+    return {
+        "input_ids": rng.integers(1000, vocab_size, shape, dtype=np.int32),
+        "input_mask": np.ones(shape, np.int32),
+        "segment_ids": (np.arange(seq_length) >= seq_length // 2).astype(np.int32)
+        * np.ones(shape, np.int32),
+        "masked_lm_positions": positions.astype(np.int32),
+        "masked_lm_ids": rng.integers(1000, vocab_size, positions.shape, dtype=np.int32),
+        "masked_lm_weights": np.ones(positions.shape, np.float32),
+        "next_sentence_labels": rng.integers(0, 2, batch_size, dtype=np.int32),
+    }
+
+
+def bert_forward_flops(num_hidden_layers, hidden_size, intermediate_size, seq_length,
+                       masked_positions, vocab_size=VOCAB_SIZE, **_unused):
+    """Matmul FLOPs (one multiply-add = 2) of one sequence through BERT with its
+    pretraining heads (L layers, hidden H, FFN F, sequence S, P masked
+    positions, vocabulary V), the MLM head applied to the masked positions only:
+
+        L * (8 S H^2 + 4 S H F + 4 S^2 H)      encoder: QKV+output proj, FFN, QK^T and PV
+        + 2 H^2 + 4 H                          pooler and NSP classifier
+        + 2 P H^2 + 2 P H V                    MLM transform and output (tied embeddings)
+
+    Embedding lookups, layer norms, softmax, GELU and the optimizer are left
+    out (each under ~1% for BERT-base)."""
+    L, H, F, S, P, V = (num_hidden_layers, hidden_size, intermediate_size, seq_length,
+                        masked_positions, vocab_size)
+    encoder = L * (8 * S * H * H + 4 * S * H * F + 4 * S * S * H)
+    return encoder + 2 * H * H + 4 * H + 2 * P * H * H + 2 * P * H * V
+
+
+def bert_train_flops(**shape):
+    """FLOPs of one training step per sequence: the backward pass costs twice
+    the forward (gradients for activations and for weights), so 3x forward.
+    This is ~6 x (matmul parameters) x tokens plus the attention terms."""
+    return 3 * bert_forward_flops(**shape)
+
+
+def mfu(flops_per_sequence, sequences_per_s, peak_flops_per_s):
+    """Model FLOPs utilisation: useful model FLOPs achieved over the measured peak."""
+    return flops_per_sequence * sequences_per_s / peak_flops_per_s
+
+
+def peak_rss_mib():
+    """Peak resident set size of this process so far, in MiB (ru_maxrss is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def set_thread_env(num_threads, env=None):
+    """Environment for a child process limited to `num_threads` compute threads
+    (OpenMP/oneDNN, MKL, TensorFlow and PyTorch all read one of these)."""
+    env = dict(os.environ if env is None else env)
+    n = str(num_threads)
+    env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, TF_NUM_INTRAOP_THREADS=n,
+               TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    return env
+
+
+def configure_tf_threads(num_threads):
+    """Pins TensorFlow's thread pools; must run before TensorFlow executes anything."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(num_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def measure_matmul_peak(dtype_name, size=4096, repeats=3, steps_per_repeat=1):
+    """Measured matmul FLOP/s of TensorFlow on this machine for one dtype:
+    the median over `repeats` of a size x size x size matmul, after a warm-up
+    (use several steps_per_repeat on a GPU, where one matmul takes milliseconds)."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(dtype_name)
+    a = tf.cast(tf.random.stateless_normal([size, size], seed=[1, 2]), dtype)
+    b = tf.cast(tf.random.stateless_normal([size, size], seed=[3, 4]), dtype)
+    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[0, :8], tf.float32)))
+    timing = time_step(lambda: matmul(a, b).numpy(), warmup=1, repeats=repeats,
+                       steps_per_repeat=steps_per_repeat)
+    return 2 * size**3 / timing["step_s"]
+
+
+def machine_info():
+    """What the numbers were measured on, including the load at that moment
+    (the machine may be shared)."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def add_step_args(parser):
+    """The command-line arguments every training-step benchmark child takes."""
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    parser.add_argument("--batch_size", type=int, default=8, help="sequences per step per rank")
+    parser.add_argument("--seq_length", type=int, default=128)
+    parser.add_argument("--masked_positions", type=int, default=20)
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16", "amp"], default="fp32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps_per_repeat", type=int, default=1)
+    parser.add_argument("--max_step_s", type=float, default=600.0,
+                        help="skip the row if a step is estimated to take longer than this")
+    return parser
+
+
+def skip_reason(args, matmul_flops_per_s):
+    """Why a row would take too long to measure, from its FLOPs and the
+    framework's own matmul rate for its dtype on this CPU; None if it fits."""
+    shape = SHAPES[args.shape]
+    flops = args.batch_size * bert_train_flops(
+        seq_length=args.seq_length, masked_positions=args.masked_positions, **shape)
+    estimate = flops / matmul_flops_per_s
+    if estimate <= args.max_step_s:
+        return None
+    return (f"skipped: this framework's {args.precision} matmul runs at "
+            f"{matmul_flops_per_s / 1e9:.2f} GFLOP/s here, so one step would take ~{estimate:.0f}s "
+            f"(over --max_step_s={args.max_step_s:.0f})")
+
+
+def step_record(args, timing, **extra):
+    """The result record of a training-step child: timing, throughput, FLOPs, RSS."""
+    shape = SHAPES[args.shape]
+    seq_per_s = args.batch_size / timing["step_s"]
+    record = {
+        "shape": args.shape, "batch_size": args.batch_size, "seq_length": args.seq_length,
+        "masked_positions": args.masked_positions, "precision": args.precision,
+        "threads": args.threads, **timing, "sequences_per_s": seq_per_s,
+        "train_flops_per_sequence": bert_train_flops(
+            seq_length=args.seq_length, masked_positions=args.masked_positions, **shape),
+        "peak_rss_mib": peak_rss_mib(),
+    }
+    record.update(extra)
+    return record
+
+
+def print_json(record):
+    """The one line a benchmark child process prints for its parent to parse."""
+    print(JSON_MARK + json.dumps(record), flush=True)
+
+
+def run_json(cmd, *, env=None, timeout=1800, cwd=None):
+    """Runs a benchmark child and returns the records it printed with
+    print_json; on failure returns one record with the error and output tail."""
+    try:
+        proc = subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [{"error": f"timed out after {timeout}s: {' '.join(map(str, cmd))}"}]
+    # horovodrun prefixes each rank's lines ("[1]<stdout>:"), so look inside lines.
+    records = [json.loads(line.split(JSON_MARK, 1)[1]) for line in proc.stdout.splitlines()
+               if JSON_MARK in line]
+    if proc.returncode != 0 or not records:
+        tail = (proc.stdout[-1500:] + "\n" + proc.stderr[-3000:]).strip()
+        records.append({"error": f"exit {proc.returncode}: {' '.join(map(str, cmd))}\n{tail}"})
+    return records
+
+
+def markdown_table(headers, rows):
+    """A Markdown table; None cells print as '-'."""
+    def cell(value):
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_results(stem, payload, markdown):
+    """Writes bench/results/STEM.json and STEM.md (each via a temporary file and
+    rename, so a crash never leaves half a result) and returns their paths."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for suffix, text in ((".json", json.dumps(payload, indent=2, default=str)), (".md", markdown)):
+        path = RESULTS_DIR / f"{stem}{suffix}"
+        tmp = path.with_suffix(suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def fail(message):
+    """Benchmark CLI error: message to stderr, non-zero exit."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)

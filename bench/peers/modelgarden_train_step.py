@@ -1,0 +1,102 @@
+"""Peer row: one full BERT pretraining step with TF Model Garden
+(tf-models-official): networks.BertEncoder inside models.BertPretrainerV2 with
+a next-sentence ClassificationHead, stepped by Model Garden's own
+MaskedLMTask.train_step (its MLM + NSP loss, backward, optimizer update) in a
+tf.function, optionally jit-compiled (XLA). fp32, or bf16 through the Keras
+'mixed_bfloat16' policy, the way Model Garden runs mixed precision. AdamW is
+Model Garden's AdamWeightDecay (its BERT default); LAMB is its LAMB.
+
+Runs in the benchmark-only `modelgarden` venv (bench/setup_peers.sh) and prints
+one BENCH_JSON record.
+"""
+
+import argparse
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common  # noqa: E402
+
+# Model Garden's feature names for Google's.
+FEATURE_NAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
+
+
+def build(args, tf_keras):
+    from official.modeling import tf_utils
+    from official.modeling.optimization import lamb, legacy_adamw
+    from official.nlp.modeling import layers, models, networks
+
+    shape = common.SHAPES[args.shape]
+    initializer = tf_keras.initializers.TruncatedNormal(stddev=0.02)
+    gelu = tf_utils.get_activation("gelu")
+    encoder = networks.BertEncoder(
+        vocab_size=common.VOCAB_SIZE, hidden_size=shape["hidden_size"],
+        num_layers=shape["num_hidden_layers"], num_attention_heads=shape["num_attention_heads"],
+        inner_dim=shape["intermediate_size"], inner_activation=gelu,
+        max_sequence_length=512, type_vocab_size=2, output_dropout=0.1, attention_dropout=0.1,
+        initializer=initializer, dict_outputs=True)  # as official/nlp/configs/encoders.py builds it
+    model = models.BertPretrainerV2(
+        encoder_network=encoder, mlm_activation=gelu, mlm_initializer=initializer,
+        classification_heads=[layers.ClassificationHead(
+            inner_dim=shape["hidden_size"], num_classes=2, dropout_rate=0.1,
+            name="next_sentence")])
+    decay = dict(weight_decay_rate=0.01, exclude_from_weight_decay=["LayerNorm", "layer_norm",
+                                                                    "bias"])
+    if args.optimizer == "lamb":
+        optimizer = lamb.LAMB(learning_rate=1e-4, epsilon=1e-6, **decay)
+    else:
+        optimizer = legacy_adamw.AdamWeightDecay(learning_rate=1e-4, epsilon=1e-6, **decay)
+    return model, optimizer
+
+
+def main():
+    parser = common.add_step_args(argparse.ArgumentParser(description=__doc__))
+    parser.add_argument("--xla", action="store_true", help="jit_compile the whole step")
+    parser.add_argument("--optimizer", choices=["adamw", "lamb"], default="adamw")
+    args = parser.parse_args()
+    if args.precision not in ("fp32", "bf16"):
+        common.fail(f"--precision={args.precision}: this peer runs fp32 or bf16 on a CPU")
+    common.configure_tf_threads(args.threads)
+    import tensorflow as tf
+    import tf_keras
+    from official.nlp.data import pretrain_dataloader
+    from official.nlp.tasks import masked_lm
+
+    reason = common.skip_reason(args, common.measure_matmul_peak(
+        "bfloat16" if args.precision == "bf16" else "float32", 1024, repeats=1))
+    if reason:
+        common.print_json({**vars(args), "framework": "modelgarden", "skipped": reason})
+        return
+    tf.random.set_seed(0)
+    if args.precision == "bf16":
+        tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model, optimizer = build(args, tf_keras)
+    task = masked_lm.MaskedLMTask(masked_lm.MaskedLMConfig(
+        train_data=pretrain_dataloader.BertPretrainDataConfig(
+            seq_length=args.seq_length, max_predictions_per_seq=args.masked_positions,
+            use_next_sentence_label=True)))
+    metrics = task.build_metrics(training=True)
+
+    batch = common.synthetic_batch(args.batch_size, args.seq_length, args.masked_positions)
+    inputs = {FEATURE_NAMES.get(name, name): tf.constant(value) for name, value in batch.items()}
+
+    @tf.function(jit_compile=args.xla)
+    def train_step(inputs):
+        return task.train_step(inputs, model, optimizer, metrics)[task.loss]
+
+    def step():
+        return float(train_step(inputs))
+
+    timing = common.time_step(step, warmup=args.warmup, repeats=args.repeats,
+                              steps_per_repeat=args.steps_per_repeat)
+    common.print_json(common.step_record(
+        args, timing, framework="modelgarden", xla=args.xla, optimizer=args.optimizer,
+        step_function="official.nlp.tasks.masked_lm.MaskedLMTask.train_step",
+        versions={"tensorflow": tf.__version__,
+                  "tf-models-official": version("tf-models-official")},
+        loss=step()))
+
+
+if __name__ == "__main__":
+    main()

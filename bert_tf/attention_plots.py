@@ -1,0 +1,283 @@
+"""Figures for the attention analysis in the style of Clark et al. 2019, and a
+self-contained HTML view of one segment's attention (no network access needed).
+
+Plots read the report dict that bert_tf.analyze_attention writes to stats.json.
+"""
+
+import base64
+import html
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+
+from bert_tf import analysis  # noqa: E402
+
+COLORS = {"cls": "#e74c3c", "sep": "#3498db", "punct": "#9b59b6", "prev": "#f39c12",
+          "self": "#59d98e", "next": "#159d82", "sep_to_sep": "#3498db",
+          "other_to_sep": "#95a5a6", "other": "#95a5a6", "entropy": "#34495e",
+          "cls_entropy": "#e74c3c"}
+LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": ". or ,", "prev": "previous token",
+          "self": "current token", "next": "next token", "sep_to_sep": "[SEP] -> [SEP]",
+          "other_to_sep": "other -> [SEP]", "other": "other tokens",
+          "entropy": "all tokens", "cls_entropy": "[CLS]"}
+TITLES = {"cls": "to [CLS]", "sep": "to [SEP]", "period": 'to "."', "comma": 'to ","',
+          "punct": 'to "." or ","', "next": "to next token", "prev": "to previous token",
+          "self": "to itself", "sep_to_sep": "[SEP] to [SEP]", "other_to_sep": "others to [SEP]",
+          "entropy": "entropy (nats)", "cls_entropy": "[CLS] entropy (nats)"}
+
+
+def _layer_scatter(ax, values, key, offset=0.0):
+    """One dot per head at its layer (slightly spread), and the layer means."""
+    values = np.asarray(values, dtype=float)
+    layers, heads = values.shape
+    jitter = np.linspace(-0.12, 0.12, heads)
+    x = np.arange(1, layers + 1)
+    ax.scatter((x[:, None] + offset + jitter[None, :]).ravel(), values.ravel(), s=10,
+               color=COLORS[key], alpha=0.6, linewidths=0)
+    ax.plot(x + offset, np.nanmean(values, 1), color=COLORS[key], marker="o", lw=2,
+            label=LABELS[key])
+    ax.set_xticks(x)
+    ax.set_xlabel("layer")
+
+
+def _scatter_figure(path, panels, ylabel, hline=None):
+    """panels: list of (title, [keys]) drawn as per-layer scatters side by side."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels, strict=True):
+        for i, (key, values) in enumerate(series):
+            _layer_scatter(ax, values, key, offset=0.22 * (i - (len(series) - 1) / 2))
+        if hline is not None:
+            ax.axhline(hline, color="k", ls="--", lw=1, label="uniform attention")
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_heatmaps(statistics, path):
+    """Layer x head heatmap of every statistic."""
+    names = [n for n in analysis.STATISTICS if n in statistics]
+    cols = 4
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.ravel()[len(names):]:
+        ax.axis("off")
+    for ax, name in zip(axes.ravel(), names, strict=False):
+        values = np.array(statistics[name], dtype=float)
+        is_entropy = name in analysis.ENTROPY_STATISTICS
+        image = ax.imshow(values, cmap="viridis" if is_entropy else "Blues", aspect="auto",
+                          vmin=None if is_entropy else 0.0, vmax=None if is_entropy else 1.0,
+                          origin="lower", extent=(0.5, values.shape[1] + 0.5,
+                                                  0.5, values.shape[0] + 0.5))
+        ax.set_title(TITLES[name])
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_mds(coordinates, behaviours, num_heads, path):
+    """The heads embedded in 2-D by MDS of their JS divergences, coloured by
+    layer and by behaviour (Clark et al., Figure 6)."""
+    xy = np.asarray(coordinates, dtype=float)
+    layers = np.arange(len(xy)) // num_heads + 1
+    labels = np.asarray(behaviours, dtype=object).ravel()
+    fig, (by_layer, by_behaviour) = plt.subplots(1, 2, figsize=(12, 5))
+    points = by_layer.scatter(xy[:, 0], xy[:, 1], c=layers, cmap="viridis", s=28)
+    fig.colorbar(points, ax=by_layer, label="layer")
+    by_layer.set_title("heads by layer")
+    palette = plt.get_cmap("tab10")
+    for i, label in enumerate(dict.fromkeys(labels)):
+        hit = labels == label
+        by_behaviour.scatter(xy[hit, 0], xy[hit, 1], s=28, color=palette(i % 10),
+                             label=f"{label} ({hit.sum()})")
+    by_behaviour.set_title("heads by behaviour")
+    by_behaviour.legend(fontsize=8)
+    for ax in (by_layer, by_behaviour):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("MDS of Jensen-Shannon divergence between heads")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_mlm_gradient(gradient, path):
+    """Per layer, mean |d loss / d attention| by attended token (Figure 3)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for key in analysis.GRADIENT_TARGETS:
+        values = np.array(gradient[key], dtype=float)
+        ax.plot(np.arange(1, len(values) + 1), np.nanmean(values, 1), marker="o",
+                color=COLORS[key], label=LABELS[key])
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mean |gradient| of MLM loss")
+    ax.set_title("gradient w.r.t. attention to ...")
+    ax.set_xticks(np.arange(1, len(values) + 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_dependency(rows, path, most=20):
+    """Best head vs best fixed offset per relation (Clark et al., Table 1)."""
+    rows = rows[:most]
+    y = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.4))
+    ax.barh(y - 0.2, [r["accuracy"] for r in rows], height=0.4, color="#3498db",
+            label="best attention head")
+    ax.barh(y + 0.2, [r["baseline_accuracy"] for r in rows], height=0.4, color="#95a5a6",
+            label="best fixed offset")
+    ax.set_yticks(y, [f"{r['relation']} ({r['layer']}-{r['head']}, n={r['count']})"
+                      for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("accuracy at predicting the syntactic head word")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_report(report, directory):
+    """Every figure the report has data for, as PNGs under directory."""
+    os.makedirs(directory, exist_ok=True)
+    stats = report.get("statistics")
+    if stats:
+        _scatter_figure(os.path.join(directory, "special_tokens.png"), [
+            ("average attention to special tokens",
+             [(k, stats[k]) for k in ("cls", "sep", "punct")]),
+            ("attention to [SEP] from [SEP] / from other tokens",
+             [(k, stats[k]) for k in ("sep_to_sep", "other_to_sep")]),
+        ], "average attention")
+        _scatter_figure(os.path.join(directory, "positional.png"), [
+            ("attention by relative position", [(k, stats[k]) for k in ("prev", "self", "next")]),
+        ], "average attention")
+        _scatter_figure(os.path.join(directory, "entropy.png"), [
+            ("entropy of each token's attention", [("entropy", stats["entropy"])]),
+            ("entropy of [CLS]'s attention", [("cls_entropy", stats["cls_entropy"])]),
+        ], "average entropy (nats)", hline=report["uniform_entropy"])
+        plot_heatmaps(stats, os.path.join(directory, "heatmaps.png"))
+        plot_mds(report["mds"], report["behaviours"], report["model"]["num_heads"],
+                 os.path.join(directory, "head_mds.png"))
+    if report.get("mlm_gradient"):
+        plot_mlm_gradient(report["mlm_gradient"], os.path.join(directory, "mlm_gradient.png"))
+    if report.get("dependency"):
+        plot_dependency(report["dependency"]["relations"],
+                        os.path.join(directory, "dependency.png"))
+
+
+# ---------------------------------------------------------------------------
+# HTML view
+
+_HTML = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<style>
+body { font: 14px sans-serif; margin: 1.5em; color: #222; }
+#controls { margin-bottom: 1em; }
+#view { display: flex; gap: 2em; align-items: flex-start; }
+.tok { position: absolute; font: 13px monospace; cursor: pointer; white-space: nowrap; }
+.tok.left { text-align: right; }
+.tok:hover, .tok.active { background: #fde3a7; }
+#canvasbox { position: relative; }
+#heat { border: 1px solid #ccc; image-rendering: pixelated; }
+p.note { color: #555; max-width: 60em; }
+</style></head><body>
+<h2>__TITLE__</h2>
+<p class="note">Lines join each token (left) to the tokens it attends to (right); their
+opacity is the attention weight. Hover a token on the left to see only its attention.
+The heatmap shows the whole map (row = attending token). Weights are stored to 1/255.</p>
+<div id="controls">layer <select id="layer"></select> head <select id="head"></select></div>
+<div id="view"><div id="canvasbox"><svg id="lines"></svg></div>
+<div><canvas id="heat"></canvas></div></div>
+<script>
+const DATA = __DATA__;
+const n = DATA.tokens.length, L = DATA.layers, H = DATA.heads;
+const raw = Uint8Array.from(atob(DATA.weights), c => c.charCodeAt(0));
+const ROW = 18, LEFT_W = 130, GAP = 220;
+let focus = null;
+function weight(l, h, i, j) { return raw[((l * H + h) * n + i) * n + j] / 255; }
+function fill(select, count) {
+  for (let i = 0; i < count; i++) {
+    const o = document.createElement("option"); o.value = i; o.textContent = i + 1;
+    select.appendChild(o);
+  }
+  select.onchange = draw;
+}
+fill(document.getElementById("layer"), L);
+fill(document.getElementById("head"), H);
+const box = document.getElementById("canvasbox");
+const svg = document.getElementById("lines");
+svg.setAttribute("width", LEFT_W * 2 + GAP); svg.setAttribute("height", n * ROW + 10);
+box.style.width = (LEFT_W * 2 + GAP) + "px"; box.style.height = (n * ROW + 10) + "px";
+const lefts = [];
+DATA.tokens.forEach((t, i) => {
+  for (const side of ["left", "right"]) {
+    const d = document.createElement("div");
+    d.className = "tok " + side; d.textContent = t; d.style.top = (i * ROW) + "px";
+    if (side === "left") {
+      d.style.left = "0px"; d.style.width = LEFT_W + "px";
+      d.onmouseenter = () => { focus = i; draw(); };
+      d.onmouseleave = () => { focus = null; draw(); };
+      lefts.push(d);
+    } else { d.style.left = (LEFT_W + GAP) + "px"; }
+    box.appendChild(d);
+  }
+});
+function draw() {
+  const l = +document.getElementById("layer").value, h = +document.getElementById("head").value;
+  const ns = svg.namespaceURI;
+  while (svg.firstChild) svg.removeChild(svg.firstChild);
+  lefts.forEach((d, i) => d.classList.toggle("active", i === focus));
+  for (let i = 0; i < n; i++) {
+    if (focus !== null && i !== focus) continue;
+    for (let j = 0; j < n; j++) {
+      const w = weight(l, h, i, j);
+      if (w < 0.01) continue;
+      const line = document.createElementNS(ns, "line");
+      line.setAttribute("x1", LEFT_W + 5); line.setAttribute("y1", i * ROW + ROW / 2);
+      line.setAttribute("x2", LEFT_W + GAP - 5); line.setAttribute("y2", j * ROW + ROW / 2);
+      line.setAttribute("stroke", "#2a6fdb"); line.setAttribute("stroke-width", 2);
+      line.setAttribute("stroke-opacity", w);
+      svg.appendChild(line);
+    }
+  }
+  const canvas = document.getElementById("heat"), scale = Math.max(2, Math.floor(400 / n));
+  canvas.width = n; canvas.height = n;
+  canvas.style.width = (n * scale) + "px"; canvas.style.height = (n * scale) + "px";
+  const ctx = canvas.getContext("2d"), img = ctx.createImageData(n, n);
+  for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) {
+    const v = 255 - Math.round(255 * weight(l, h, i, j)), k = 4 * (i * n + j);
+    img.data[k] = v; img.data[k + 1] = v; img.data[k + 2] = 255; img.data[k + 3] = 255;
+  }
+  ctx.putImageData(img, 0, 0);
+}
+draw();
+</script></body></html>
+"""
+
+
+def write_attention_html(tokens, attention, path, title="Attention"):
+    """One segment's maps ([layers, heads, n, n]) as a standalone HTML page.
+    The weights travel as base64 bytes (weight x 255) to keep the page small."""
+    attention = np.asarray(attention, dtype=np.float32)
+    layers, heads, n, _ = attention.shape
+    weights = np.clip(np.rint(attention * 255), 0, 255).astype(np.uint8)
+    data = {"tokens": list(tokens), "layers": layers, "heads": heads,
+            "weights": base64.b64encode(weights.tobytes()).decode("ascii")}
+    # "</" would end the script element early; JSON allows escaping the slash.
+    payload = json.dumps(data).replace("</", "<\\/")
+    page = _HTML.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)

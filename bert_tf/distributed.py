@@ -1,0 +1,116 @@
+"""The one Horovod wrapper (with training.py, the only modules that import it).
+
+Works with horovodrun, mpirun, or no launcher at all (one process, size 1).
+A dead peer must not leave the others hanging in a collective: `start_watchdog`
+ends this process with an error when no update completes for a bounded time,
+and Horovod's own stall shutdown is switched on as a second line of defence.
+"""
+
+import os
+import sys
+import threading
+import time
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+# Set before hvd.init(): Horovod reads them then. A collective whose peers
+# stopped submitting tensors is shut down after this many seconds.
+_STALL_ENV = {
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300",
+}
+
+
+def init() -> None:
+    """Initialises Horovod once (idempotent)."""
+    if hvd.is_initialized():
+        return
+    for name, value in _STALL_ENV.items():
+        os.environ.setdefault(name, value)
+    hvd.init()
+
+
+def pin_gpu_to_local_rank() -> None:
+    """One GPU per process (the usual Horovod layout); nothing on a CPU machine."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[hvd.local_rank() % len(gpus)]
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")
+
+
+def rank() -> int:
+    return hvd.rank()
+
+
+def size() -> int:
+    return hvd.size()
+
+
+def local_rank() -> int:
+    return hvd.local_rank()
+
+
+def is_primary() -> bool:
+    return hvd.rank() == 0
+
+
+def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
+    """Sums a list of tensors over ranks in one grouped (fused) allreduce."""
+    if hvd.size() == 1:
+        return list(tensors)
+    compression = hvd.Compression.fp16 if fp16_compression else hvd.Compression.none
+    return hvd.grouped_allreduce(list(tensors), op=hvd.Sum, compression=compression)
+
+
+def broadcast_variables(variables, root_rank: int = 0) -> None:
+    if hvd.size() > 1:
+        hvd.broadcast_variables(list(variables), root_rank=root_rank)
+
+
+def broadcast_object(obj, root_rank: int = 0):
+    """A picklable Python object from `root_rank` to every rank."""
+    if hvd.size() == 1:
+        return obj
+    return hvd.broadcast_object(obj, root_rank=root_rank)
+
+
+def barrier() -> None:
+    if hvd.size() > 1:
+        hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="barrier")
+
+
+class Watchdog:
+    """Exits the process (status 3) when `beat()` is not called for
+    `timeout_s` seconds: a rank stuck in a collective because a peer died."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bert_tf-watchdog", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(5.0, self.timeout_s / 4)):
+            idle = time.monotonic() - self._last
+            if idle > self.timeout_s:
+                print(f"rank {hvd.rank()}: no training progress for {idle:.0f} s (limit "
+                      f"{self.timeout_s:.0f} s); a peer rank probably died or hangs. Exiting so "
+                      "the job fails instead of hanging; rerun the same command to resume from "
+                      "the last checkpoint.", file=sys.stderr, flush=True)
+                os._exit(3)
+
+
+def start_watchdog(timeout_s: float) -> Watchdog | None:
+    """A started watchdog for a multi-rank job (None for one rank or timeout 0)."""
+    if hvd.size() == 1 or timeout_s <= 0:
+        return None
+    return Watchdog(timeout_s)

@@ -1,0 +1,494 @@
+"""Preflight check of the machine and, optionally, of a training configuration.
+
+    python -m bert_tf.doctor
+    python -m bert_tf.doctor --flagfile=launch/recipes/bert_large_phase2.flags --num_gpus=8
+
+Prints one line each for Python, TensorFlow, tensorflow-text, the GPUs
+TensorFlow sees and Horovod's build, then one line per known trap:
+`OK`, `WARN` or `FAIL`, with the fix. Given run_pretraining flags it also checks
+batch/sequence/precision choices and estimates memory per GPU. Exits 1 when a
+check FAILs (or Horovod lacks TensorFlow support), else 0.
+"""
+
+import dataclasses
+import glob
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+from absl import app, flags
+
+from bert_tf import estimate
+from bert_tf.config import BertConfig, BertConfigError
+
+# TF's start-up INFO lines would bury the report; its warnings (CUDA libraries that do not
+# load) stay, as they explain a GPU visibility FAIL.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+LIBDEVICE = os.path.join("nvvm", "libdevice", "libdevice.10.bc")
+
+
+@dataclasses.dataclass
+class Check:
+    status: str
+    name: str
+    message: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4} {self.name}: {self.message}"
+        if self.fix and self.status != OK:
+            text += f" | fix: {self.fix}"
+        return text
+
+
+@dataclasses.dataclass
+class GpuInfo:
+    name: str
+    memory_mib: int
+
+
+@dataclasses.dataclass
+class Environment:
+    """What the doctor found; each *_error is the import error text, if any."""
+
+    python: str
+    tf_version: str | None = None
+    tf_error: str | None = None
+    tf_text_version: str | None = None
+    tf_text_error: str | None = None
+    tf_gpus: list = dataclasses.field(default_factory=list)
+    smi_gpus: list = dataclasses.field(default_factory=list)
+    horovod_version: str | None = None
+    horovod_error: str | None = None
+    horovod_build: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def gpu_count(self) -> int:
+        return max(len(self.tf_gpus), len(self.smi_gpus))
+
+
+def _import_error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def query_nvidia_smi() -> list[GpuInfo]:
+    """GPUs the driver sees (empty without nvidia-smi or a working driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.splitlines():
+        name, _, memory = line.rpartition(",")
+        if name and memory.strip().isdigit():
+            gpus.append(GpuInfo(name.strip(), int(memory.strip())))
+    return gpus
+
+
+def collect_environment() -> Environment:
+    env = Environment(python=platform.python_version(), smi_gpus=query_nvidia_smi())
+    try:
+        import tensorflow as tf
+        env.tf_version = tf.__version__
+        env.tf_gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+    except ImportError as e:
+        env.tf_error = _import_error_text(e)
+    try:
+        import tensorflow_text
+        env.tf_text_version = tensorflow_text.__version__
+    except ImportError as e:
+        env.tf_text_error = _import_error_text(e)
+    try:
+        import horovod
+        import horovod.tensorflow as hvd
+        env.horovod_version = horovod.__version__
+        env.horovod_build = {
+            "TensorFlow": True, "Gloo": bool(hvd.gloo_built()), "MPI": bool(hvd.mpi_built()),
+            "NCCL": bool(hvd.nccl_built()),
+        }
+    except ImportError as e:
+        env.horovod_error = _import_error_text(e)
+        try:
+            import horovod
+            env.horovod_version = horovod.__version__
+            env.horovod_build = {"TensorFlow": False}
+        except ImportError:
+            pass
+    return env
+
+
+def describe(env: Environment) -> list[str]:
+    """The one-line-each summary of versions and devices."""
+    lines = [f"Python {env.python} ({sys.executable})"]
+    lines.append(f"TensorFlow {env.tf_version}" if env.tf_version
+                 else "TensorFlow: does not import")
+    lines.append(f"tensorflow-text {env.tf_text_version}" if env.tf_text_version
+                 else "tensorflow-text: does not import")
+    gpus = ", ".join(env.tf_gpus) if env.tf_gpus else "none (CPU only)"
+    lines.append(f"GPUs visible to TensorFlow: {len(env.tf_gpus)}: {gpus}")
+    if env.smi_gpus:
+        lines.append("GPUs seen by nvidia-smi: " + ", ".join(
+            f"{g.name} ({g.memory_mib / 1024:.0f} GiB)" for g in env.smi_gpus))
+    if env.horovod_version is None:
+        lines.append("Horovod: not installed")
+    else:
+        built = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in env.horovod_build.items())
+        lines.append(f"Horovod {env.horovod_version}: {built}")
+    return lines
+
+
+# ---------------------------------------------------------------- environment traps
+
+def check_import(package: str, error: str | None) -> Check:
+    name = f"import {package}"
+    if error is None:
+        return Check(OK, name, "imports")
+    if "GLIBCXX" in error or "CXXABI" in error:
+        return Check(
+            FAIL, name, f"the C++ runtime loaded is older than the one {package} was built "
+            f"against ({error.splitlines()[0][:300]})",
+            "the libstdc++.so.6 found first lacks that GLIBCXX version (typical in conda "
+            "envs, whose lib/ shadows the system one): `conda install -c conda-forge "
+            "'libstdcxx-ng>=12'`, or put the newer one first with "
+            "LD_LIBRARY_PATH=$CONDA_PREFIX/lib (or LD_PRELOAD=/usr/lib/x86_64-linux-gnu/"
+            "libstdc++.so.6); check with `strings libstdc++.so.6 | grep GLIBCXX`")
+    return Check(FAIL, name, error.splitlines()[0][:300],
+                 "install the project environment: `make venv` (or bash install/setup_env.sh)")
+
+
+def check_gpu_visibility(tf_gpus: list, smi_gpus: list, environ) -> Check:
+    name = "GPU visibility"
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    hidden = visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles")
+    if smi_gpus and not tf_gpus:
+        if hidden:
+            return Check(FAIL, name, f"nvidia-smi sees {len(smi_gpus)} GPU(s) but "
+                         f"CUDA_VISIBLE_DEVICES={visible!r} hides them from TensorFlow",
+                         "unset CUDA_VISIBLE_DEVICES (or list the GPUs, e.g. 0,1,2,3)")
+        return Check(FAIL, name, f"nvidia-smi sees {len(smi_gpus)} GPU(s) but TensorFlow "
+                     "sees none",
+                     "this TensorFlow is a CPU build or cannot load CUDA/cuDNN: use the NGC "
+                     "image (see Dockerfile) or `pip install tensorflow[and-cuda]` matching "
+                     "the driver; `python -c \"import tensorflow as tf; "
+                     "print(tf.sysconfig.get_build_info())\"` shows the CUDA it needs")
+    if hidden:
+        return Check(WARN, name, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU",
+                     "unset CUDA_VISIBLE_DEVICES unless a CPU-only run is intended")
+    if tf_gpus:
+        return Check(OK, name, f"TensorFlow sees {len(tf_gpus)} GPU(s)")
+    return Check(OK, name, "no NVIDIA GPU on this machine (nvidia-smi absent or sees none): "
+                 "CPU training")
+
+
+def check_cuda_launch_blocking(environ, gpu_count: int) -> Check:
+    name = "CUDA_LAUNCH_BLOCKING"
+    value = environ.get("CUDA_LAUNCH_BLOCKING")
+    if value in (None, "", "0"):
+        return Check(OK, name, "not set")
+    message = (f"CUDA_LAUNCH_BLOCKING={value} serialises every kernel launch; multi-GPU "
+               "Horovod runs hang in NCCL collectives and single-GPU runs crawl")
+    fix = "unset CUDA_LAUNCH_BLOCKING (it is a debugging switch)"
+    return Check(FAIL if gpu_count > 1 else WARN, name, message, fix)
+
+
+def check_horovod_build(version: str | None, build: dict, error: str | None,
+                        gpu_count: int) -> Check:
+    name = "Horovod build"
+    if version is None:
+        return Check(FAIL, name, "Horovod is not installed",
+                     "run `make venv` (builds Horovod with TensorFlow, Gloo and MPI)")
+    if not build.get("TensorFlow"):
+        detail = f" ({error.splitlines()[0][:200]})" if error else ""
+        return Check(FAIL, name, f"Horovod {version} was built without TensorFlow support"
+                     f"{detail}",
+                     "rebuild it against this TensorFlow: `pip uninstall -y horovod` then "
+                     "HOROVOD_WITH_TENSORFLOW=1 pip install --no-build-isolation --no-cache-dir "
+                     "horovod (or `make venv`, which does this)")
+    if not (build.get("Gloo") or build.get("MPI")):
+        return Check(FAIL, name, "Horovod has neither Gloo nor MPI: it cannot start ranks",
+                     "rebuild with HOROVOD_WITH_GLOO=1 and/or HOROVOD_WITH_MPI=1")
+    if gpu_count and not build.get("NCCL"):
+        return Check(WARN, name, "GPUs present but Horovod was built without NCCL: gradients "
+                     "are allreduced through host memory (several times slower)",
+                     "rebuild with HOROVOD_GPU_OPERATIONS=NCCL (NCCL installed), or use the "
+                     "NGC image (see Dockerfile), whose Horovod has NCCL")
+    return Check(OK, name, "TensorFlow support" + (", NCCL" if build.get("NCCL") else ""))
+
+
+def libdevice_candidates(environ) -> list[str]:
+    """CUDA roots where XLA looks for nvvm/libdevice (first the one XLA_FLAGS names)."""
+    roots = []
+    match = re.search(r"--xla_gpu_cuda_data_dir=(\S+)", environ.get("XLA_FLAGS", ""))
+    if match:
+        roots.append(match.group(1))
+    roots += [environ[v] for v in ("CUDA_DIR", "CUDA_HOME", "CUDA_PATH") if environ.get(v)]
+    roots.append("/usr/local/cuda")
+    # tensorflow[and-cuda] installs nvcc's libdevice as a pip package.
+    roots += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia",
+                                    "cuda_nvcc"))
+    return roots
+
+
+def check_xla_libdevice(gpu_count: int, environ, roots=None) -> Check:
+    name = "XLA libdevice"
+    if not gpu_count:
+        return Check(OK, name, "no GPU: XLA's GPU backend is not used")
+    roots = libdevice_candidates(environ) if roots is None else roots
+    match = re.search(r"--xla_gpu_cuda_data_dir=(\S+)", environ.get("XLA_FLAGS", ""))
+    if match and not os.path.isfile(os.path.join(match.group(1), LIBDEVICE)):
+        return Check(FAIL, name, f"XLA_FLAGS names --xla_gpu_cuda_data_dir={match.group(1)}, "
+                     f"which has no {LIBDEVICE}",
+                     "point it at the CUDA root that has nvvm/libdevice (e.g. /usr/local/cuda)")
+    for root in roots:
+        if os.path.isfile(os.path.join(root, LIBDEVICE)):
+            return Check(OK, name, f"found {os.path.join(root, LIBDEVICE)}")
+    return Check(WARN, name, "libdevice.10.bc not found: XLA-compiled steps on GPU fail with "
+                 "'libdevice not found'",
+                 "export XLA_FLAGS=--xla_gpu_cuda_data_dir=/path/to/cuda (the directory "
+                 "holding nvvm/libdevice), or pip install nvidia-cuda-nvcc-cu12")
+
+
+def environment_checks(env: Environment, environ) -> list[Check]:
+    checks = [check_import("tensorflow", env.tf_error),
+              check_import("tensorflow_text", env.tf_text_error)]
+    checks.append(check_gpu_visibility(env.tf_gpus, env.smi_gpus, environ))
+    checks.append(check_cuda_launch_blocking(environ, env.gpu_count))
+    if env.tf_error:
+        checks.append(Check(FAIL, "Horovod build", "not checked: TensorFlow does not import",
+                            "fix the TensorFlow import first"))
+    else:
+        checks.append(check_horovod_build(env.horovod_version, env.horovod_build,
+                                          env.horovod_error, env.gpu_count))
+    checks.append(check_xla_libdevice(env.gpu_count, environ))
+    return checks
+
+
+# ---------------------------------------------------------------- training configuration
+
+@dataclasses.dataclass
+class TrainingSettings:
+    """The run_pretraining choices the doctor checks (per-GPU batch)."""
+
+    bert_config: BertConfig | None
+    train_batch_size: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+    precision: str
+    num_accumulation_steps: int = 1
+    masked_lm_prob: float = 0.15
+
+
+HALF_PRECISIONS = ("fp16", "amp")
+
+
+def check_tensor_core_shapes(s: TrainingSettings) -> Check:
+    name = "tensor core shapes"
+    if s.precision not in HALF_PRECISIONS:
+        return Check(OK, name, f"--precision={s.precision}: no float16 alignment needed")
+    tokens = s.train_batch_size * s.max_seq_length
+    problems = []
+    if tokens % 8:
+        problems.append(f"train_batch_size*max_seq_length = {s.train_batch_size}*"
+                        f"{s.max_seq_length} = {tokens} is not a multiple of 8")
+    if s.bert_config is not None and s.bert_config.vocab_size % 8:
+        padded = -(-s.bert_config.vocab_size // 8) * 8
+        problems.append(f"vocab_size {s.bert_config.vocab_size} is not a multiple of 8 "
+                        f"(pad to {padded})")
+    if not problems:
+        return Check(OK, name, f"{tokens} tokens per batch, multiple of 8")
+    return Check(WARN, name, "; ".join(problems) + f": float16 matmuls under "
+                 f"--precision={s.precision} leave tensor cores idle",
+                 "choose a --train_batch_size so batch*seq is a multiple of 8 (NVIDIA uses "
+                 "multiples of 8 throughout); pad the vocabulary with unused tokens")
+
+
+def check_sequence_length(s: TrainingSettings) -> Check:
+    name = "max_seq_length"
+    if s.bert_config is None:
+        return Check(WARN, name, "no --bert_config_file: cannot compare with "
+                     "max_position_embeddings", "pass --bert_config_file")
+    limit = s.bert_config.max_position_embeddings
+    if s.max_seq_length > limit:
+        return Check(FAIL, name, f"--max_seq_length={s.max_seq_length} exceeds "
+                     f"max_position_embeddings={limit} of the model",
+                     f"use --max_seq_length<={limit} or a config with more positions")
+    return Check(OK, name, f"{s.max_seq_length} <= max_position_embeddings {limit}")
+
+
+def check_max_predictions(s: TrainingSettings) -> Check:
+    name = "max_predictions_per_seq"
+    # create_pretraining_data masks round(seq * prob) tokens, capped at max_predictions.
+    wanted = max(1, round(s.max_seq_length * s.masked_lm_prob))
+    if s.max_predictions_per_seq < wanted:
+        return Check(WARN, name, f"{s.max_predictions_per_seq} < max_seq_length*masked_lm_prob "
+                     f"= {s.max_seq_length}*{s.masked_lm_prob:g} ~ {wanted}: fewer tokens are "
+                     "masked than masked_lm_prob asks for",
+                     f"use --max_predictions_per_seq={-(-wanted // 10) * 10} (Google: 20 for "
+                     "seq 128, 80 for seq 512) and regenerate the data with it")
+    if s.max_predictions_per_seq > s.max_seq_length:
+        return Check(FAIL, name, f"{s.max_predictions_per_seq} > max_seq_length "
+                     f"{s.max_seq_length}", "use about max_seq_length*masked_lm_prob")
+    if s.max_predictions_per_seq > 2 * wanted + 10:
+        return Check(WARN, name, f"{s.max_predictions_per_seq} is far above "
+                     f"max_seq_length*masked_lm_prob ~ {wanted}: the MLM head computes on "
+                     "padding", f"use --max_predictions_per_seq={-(-wanted // 10) * 10}")
+    return Check(OK, name, f"{s.max_predictions_per_seq} for ~{wanted} masked tokens")
+
+
+def check_memory(s: TrainingSettings, gpu_memory_gb: float | None) -> Check:
+    name = "memory per GPU"
+    if s.bert_config is None:
+        return Check(WARN, name, "no --bert_config_file: no memory estimate",
+                     "pass --bert_config_file")
+    m = estimate.estimate_memory(s.bert_config, s.train_batch_size, s.max_seq_length,
+                                 s.max_predictions_per_seq, s.precision,
+                                 s.num_accumulation_steps)
+    g = estimate.GIB
+    breakdown = (f"estimate {m.total / g:.1f} GiB = weights {m.weights / g:.1f} + grads "
+                 f"{m.gradients / g:.1f} + optimizer {m.optimizer_slots / g:.1f} + accumulation "
+                 f"{m.accumulation / g:.1f} + activations {m.activations / g:.1f} + workspace "
+                 f"{m.workspace / g:.1f} (batch {s.train_batch_size}, seq {s.max_seq_length}, "
+                 f"{s.precision}; formula: {estimate.MEMORY_FORMULA})")
+    if gpu_memory_gb is None:
+        return Check(OK, name, breakdown + "; no GPU memory known (pass --gpu_memory_gb)")
+    if m.total > gpu_memory_gb * g:
+        per_sequence = max(1, m.activations // s.train_batch_size)
+        room = gpu_memory_gb * g - (m.total - m.activations)
+        fitting = max(0, int(room // per_sequence))
+        if fitting >= 8:
+            fitting -= fitting % 8  # keep tensor-core friendly shapes
+        precision_hint = ("" if s.precision in HALF_PRECISIONS + ("bf16",)
+                          else ", or use --precision=fp16 (halves activations)")
+        return Check(WARN, name, f"{breakdown} > {gpu_memory_gb:g} GiB: likely out of memory",
+                     f"lower --train_batch_size to about {fitting} (the estimate is an upper "
+                     "bound; XLA fusion needs less) and raise --num_accumulation_steps to keep "
+                     f"the global batch{precision_hint}")
+    return Check(OK, name, f"{breakdown} <= {gpu_memory_gb:g} GiB")
+
+
+def training_checks(s: TrainingSettings, gpu_memory_gb: float | None) -> list[Check]:
+    return [check_sequence_length(s), check_tensor_core_shapes(s), check_max_predictions(s),
+            check_memory(s, gpu_memory_gb)]
+
+
+# ---------------------------------------------------------------- command line
+
+def define_flags():
+    """The doctor's own flags, plus run_pretraining's (from bert_tf.flags) when they
+    import; returns whether they did (they need TensorFlow, which may be the problem)."""
+    flags.DEFINE_float("gpu_memory_gb", None,
+                       "Memory of one GPU in GiB for the memory check; default: the smallest "
+                       "GPU nvidia-smi reports.")
+    flags.DEFINE_float("masked_lm_prob", 0.15,
+                       "Masked LM probability the data was created with (create_pretraining_data"
+                       ".py --masked_lm_prob), for the max_predictions_per_seq check.")
+    try:
+        from bert_tf.flags import define_pretraining_flags
+    except ImportError:
+        return False
+    define_pretraining_flags()
+    return True
+
+
+def training_flags_given(flag_values) -> bool:
+    from bert_tf.flags import PretrainingConfig
+    return any(flag_values[f.name].present for f in dataclasses.fields(PretrainingConfig))
+
+
+def settings_from_flags(flag_values) -> tuple[TrainingSettings, list[Check]]:
+    """TrainingSettings from parsed run_pretraining flags, and a check of the flags
+    themselves (the validation run_pretraining.py does; paths left unset are fine
+    here, the launcher adds them)."""
+    from bert_tf.flags import PretrainingConfig, PretrainingConfigError
+    config = PretrainingConfig(**{f.name: flag_values[f.name].value
+                                  for f in dataclasses.fields(PretrainingConfig)})
+    placeholders = {name: getattr(config, name) or "<unset>"
+                    for name in ("output_dir", "input_files", "eval_files")}
+    checks = []
+    try:
+        dataclasses.replace(config, **placeholders).validate()
+        checks.append(Check(OK, "run_pretraining flags", "valid"))
+    except PretrainingConfigError as e:
+        checks.append(Check(FAIL, "run_pretraining flags", str(e), "fix that flag"))
+    bert_config = None
+    if config.bert_config_file:
+        try:
+            bert_config = BertConfig.from_json_file(config.bert_config_file)
+        except BertConfigError as e:
+            checks.append(Check(FAIL, "bert_config_file", str(e),
+                                "pass a valid --bert_config_file"))
+    for flag in ("input_files", "eval_files"):
+        if getattr(config, flag):
+            checks.append(check_input_files(flag, getattr(config, flag), config.max_seq_length,
+                                            config.max_predictions_per_seq))
+    settings = TrainingSettings(
+        bert_config=bert_config, train_batch_size=config.train_batch_size,
+        max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq, precision=config.precision,
+        num_accumulation_steps=config.num_accumulation_steps,
+        masked_lm_prob=flag_values.masked_lm_prob)
+    return settings, checks
+
+
+def check_input_files(flag, patterns, max_seq_length, max_predictions_per_seq) -> Check:
+    """The TFRecords exist and were made with these lengths (first record of each file)."""
+    from bert_tf.input_pipeline import InputDataError, check_record_shapes, expand_patterns
+    try:
+        files = check_record_shapes(expand_patterns(patterns), max_seq_length,
+                                    max_predictions_per_seq)
+    except InputDataError as e:
+        return Check(FAIL, f"--{flag}", str(e),
+                     "regenerate the data with create_pretraining_data.py at these lengths, or "
+                     "pass the lengths it was made with")
+    return Check(OK, f"--{flag}", f"{len(files)} file(s) of seq {max_seq_length}, "
+                 f"{max_predictions_per_seq} predictions")
+
+
+def detected_gpu_memory_gb(env: Environment) -> float | None:
+    if not env.smi_gpus:
+        return None
+    return min(g.memory_mib for g in env.smi_gpus) / 1024
+
+
+def run(flag_values, training_flags_defined: bool, environ=None) -> int:
+    """Prints the report; returns the exit code (1 if anything FAILed)."""
+    environ = os.environ if environ is None else environ
+    env = collect_environment()
+    for line in describe(env):
+        print(line)
+    checks = environment_checks(env, environ)
+    if training_flags_defined and training_flags_given(flag_values):
+        settings, flag_checks = settings_from_flags(flag_values)
+        memory = flag_values.gpu_memory_gb
+        if memory is None:
+            memory = detected_gpu_memory_gb(env)
+        checks += flag_checks + training_checks(settings, memory)
+    for check in checks:
+        print(check.line())
+    failed = sum(c.status == FAIL for c in checks)
+    print(f"doctor: {failed} FAIL, {sum(c.status == WARN for c in checks)} WARN")
+    return 1 if failed else 0
+
+
+def main():
+    training_flags_defined = define_flags()
+
+    def doctor_main(argv):
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+        return run(flags.FLAGS, training_flags_defined)
+
+    app.run(doctor_main)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+r"""Time-to-train and cost estimate for BERT pretraining, plus the model-size
+arithmetic (parameters, FLOPs, memory per device) that bert_tf.doctor reuses.
+
+    python -m bert_tf.estimate --model=large --max_seq_length=128 \
+        --num_train_steps=7038 --global_batch_size=65536 \
+        --num_devices=8 --sequences_per_second=200 --price_per_device_hour=2.5
+
+Time = sequences / (per-device throughput * devices * efficiency): it assumes
+data-parallel training scales linearly with the device count, discounted by the
+efficiency factor (allreduce and input overhead), which is what Horovod gets on
+a fast interconnect with gradient accumulation.
+"""
+
+import dataclasses
+import json
+import sys
+
+from absl import app, flags
+
+from bert_tf.config import BertConfig, BertConfigError
+
+GIB = 1024**3
+
+# Google's published BERT sizes (uncased vocab).
+MODEL_PRESETS = {
+    "tiny": BertConfig(vocab_size=30522, hidden_size=128, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=512),
+    "base": BertConfig(vocab_size=30522),
+    "large": BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
+                        num_attention_heads=16, intermediate_size=4096),
+}
+
+# Bytes per element of activations kept for the backward pass.
+ACTIVATION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "amp": 2}
+
+
+def load_model_config(bert_config_file=None, model=None):
+    """bert_config.json if given, else a named preset; BertConfigError otherwise."""
+    if bert_config_file:
+        return BertConfig.from_json_file(bert_config_file)
+    if model in MODEL_PRESETS:
+        return MODEL_PRESETS[model]
+    raise BertConfigError(
+        f"no model given: pass --bert_config_file=path/bert_config.json or "
+        f"--model={'|'.join(MODEL_PRESETS)} (got --model={model!r})")
+
+
+def count_parameters(config: BertConfig) -> int:
+    """Trainable parameters of BertForPreTraining (encoder, pooler, MLM and NSP heads)."""
+    h, i = config.hidden_size, config.intermediate_size
+    embeddings = (config.vocab_size + config.max_position_embeddings
+                  + config.type_vocab_size) * h + 2 * h
+    attention = 4 * (h * h + h) + 2 * h
+    feed_forward = (h * i + i) + (i * h + h) + 2 * h
+    encoder = config.num_hidden_layers * (attention + feed_forward)
+    pooler = h * h + h
+    # MLM transform (dense + LayerNorm) and output bias (the decoder is tied to the
+    # word embeddings); NSP classifier.
+    heads = (h * h + h + 2 * h) + config.vocab_size + (2 * h + 2)
+    return embeddings + encoder + pooler + heads
+
+
+def training_flops_per_sequence(config: BertConfig, seq_length, max_predictions_per_seq):
+    """Floating-point operations of one training step (forward + backward = 3x forward)
+    for one sequence: 2 FLOPs per multiply-add of every matmul, attention scores and
+    context (4*s^2*H per layer), and the MLM head on the predicted positions only."""
+    h, i, s = config.hidden_size, config.intermediate_size, seq_length
+    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 4 * s * s * h
+    mlm_head = 2 * max_predictions_per_seq * (h * h + h * config.vocab_size)
+    forward = config.num_hidden_layers * per_layer + 2 * h * h + mlm_head
+    return 3 * forward
+
+
+@dataclasses.dataclass
+class MemoryEstimate:
+    weights: int
+    gradients: int
+    optimizer_slots: int
+    accumulation: int
+    activations: int
+    workspace: int
+
+    @property
+    def total(self) -> int:
+        return sum(dataclasses.astuple(self))
+
+
+# CUDA context, cuBLAS/cuDNN workspaces and allocator fragmentation.
+WORKSPACE_BYTES = 1 * GIB
+
+MEMORY_FORMULA = (
+    "weights 4P (+2P half copies under fp16/bf16/amp) + grads 4P + LAMB/Adam slots 8P "
+    "+ accumulation 4P (if accumulating) + activations L*b*s*H*(34+5*A*s/H)*k/2 "
+    "(Korthikanti et al. 2022, k = bytes per activation, no recomputation, no XLA fusion) "
+    "+ MLM logits b*P*V*8 + 1 GiB workspace"
+)
+
+
+def estimate_memory(config: BertConfig, batch_size, seq_length, max_predictions_per_seq,
+                    precision="fp32", num_accumulation_steps=1) -> MemoryEstimate:
+    """Upper-bound bytes per device for one training step (see MEMORY_FORMULA)."""
+    if precision not in ACTIVATION_BYTES:
+        raise ValueError(f"precision must be one of {', '.join(ACTIVATION_BYTES)}, "
+                         f"got {precision!r}")
+    params = count_parameters(config)
+    half = precision != "fp32"
+    b, s, h = batch_size, seq_length, config.hidden_size
+    a = config.num_attention_heads
+    # 34*s*b*h + 5*a*s^2*b bytes per layer with 2-byte activations (1-byte dropout masks).
+    per_layer_half = 34 * s * b * h + 5 * a * s * s * b
+    activation_scale = ACTIVATION_BYTES[precision] / 2
+    activations = config.num_hidden_layers * per_layer_half * activation_scale
+    activations += b * max_predictions_per_seq * config.vocab_size * 8  # fp32 logits + grads
+    return MemoryEstimate(
+        weights=params * (6 if half else 4),
+        gradients=params * 4,
+        optimizer_slots=params * 8,
+        accumulation=params * 4 if num_accumulation_steps > 1 else 0,
+        activations=int(activations),
+        workspace=WORKSPACE_BYTES,
+    )
+
+
+class EstimateError(ValueError):
+    """Bad estimator input; the message names the flag or file."""
+
+
+def throughput_from_metrics(path, num_devices=None, skip_first=1):
+    """Mean sequences/second per device over a metrics.jsonl from a short run.
+
+    Its `sequences_per_second` counts all ranks together; the rank count comes from
+    each record's `num_ranks` or else `num_devices`. The first `skip_first` records
+    (tracing/compilation) are skipped when there are more."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line_number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise EstimateError(f"{path}:{line_number}: not JSON ({e})") from None
+                if "sequences_per_second" in record:
+                    records.append(record)
+    except FileNotFoundError:
+        raise EstimateError(f"--metrics_file={path}: file not found") from None
+    if not records:
+        raise EstimateError(
+            f"--metrics_file={path}: no record has 'sequences_per_second'; pass a metrics.jsonl "
+            "written by run_pretraining.py, or --sequences_per_second")
+    if len(records) > skip_first:
+        records = records[skip_first:]
+    per_device = []
+    for record in records:
+        ranks = record.get("num_ranks", num_devices)
+        if not ranks:
+            raise EstimateError(
+                f"--metrics_file={path} does not say how many ranks ran: pass "
+                "--metrics_num_devices (the -np of that run)")
+        per_device.append(record["sequences_per_second"] / ranks)
+    return sum(per_device) / len(per_device)
+
+
+@dataclasses.dataclass
+class TrainingEstimate:
+    num_sequences: float
+    sequences_per_second_per_device: float
+    num_devices: int
+    efficiency: float
+
+    @property
+    def sequences_per_second(self):
+        return self.sequences_per_second_per_device * self.num_devices * self.efficiency
+
+    @property
+    def seconds(self):
+        return self.num_sequences / self.sequences_per_second
+
+    @property
+    def hours(self):
+        return self.seconds / 3600
+
+    @property
+    def device_hours(self):
+        return self.hours * self.num_devices
+
+    def cost(self, price_per_device_hour):
+        return self.device_hours * price_per_device_hour
+
+
+def default_efficiency(num_devices):
+    return 1.0 if num_devices == 1 else 0.9
+
+
+def format_duration(seconds):
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
+
+
+def define_flags():
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+    flags.DEFINE_enum("model", None, list(MODEL_PRESETS),
+                      "Named BERT size when there is no --bert_config_file.")
+    flags.DEFINE_integer("max_seq_length", 128, "Sequence length.")
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per sequence.")
+    flags.DEFINE_float("num_sequences", None, "Training sequences in total (all epochs).")
+    flags.DEFINE_float("corpus_tokens", None,
+                       "Corpus size in WordPiece tokens (with --epochs, instead of "
+                       "--num_sequences).")
+    flags.DEFINE_float("epochs", 1.0, "Passes over --corpus_tokens.")
+    flags.DEFINE_integer("num_train_steps", None,
+                         "Optimizer steps (with --global_batch_size, instead of --num_sequences).")
+    flags.DEFINE_integer("global_batch_size", None, "Sequences per optimizer step, all devices.")
+    flags.DEFINE_integer("num_devices", 1, "GPUs (or CPU processes) training together.")
+    flags.DEFINE_float("sequences_per_second", None, "Measured throughput of ONE device.")
+    flags.DEFINE_string("metrics_file", None,
+                        "metrics.jsonl of a short run_pretraining.py run (instead of "
+                        "--sequences_per_second); per-device throughput is read from it.")
+    flags.DEFINE_integer("metrics_num_devices", None,
+                         "Ranks of the run that wrote --metrics_file, when its records do not "
+                         "say (num_ranks).")
+    flags.DEFINE_float("efficiency", None,
+                       "Scaling efficiency in (0, 1]; default 1.0 for one device, 0.9 for more.")
+    flags.DEFINE_float("price_per_device_hour", None, "Price of one device-hour, for the cost.")
+    flags.DEFINE_float("peak_tflops", None,
+                       "Peak TFLOP/s of one device, to print model FLOPs utilisation.")
+
+
+def number_of_sequences(FLAGS):
+    given = [name for name in ("num_sequences", "corpus_tokens", "num_train_steps")
+             if getattr(FLAGS, name) is not None]
+    if len(given) != 1:
+        raise EstimateError(
+            "give the amount of training exactly one way: --num_sequences, or "
+            "--corpus_tokens with --epochs, or --num_train_steps with --global_batch_size "
+            f"(got {', '.join('--' + g for g in given) or 'none'})")
+    if FLAGS.num_sequences is not None:
+        sequences = FLAGS.num_sequences
+        how = f"--num_sequences={sequences:g}"
+    elif FLAGS.corpus_tokens is not None:
+        sequences = FLAGS.corpus_tokens * FLAGS.epochs / FLAGS.max_seq_length
+        how = (f"{FLAGS.corpus_tokens:g} tokens x {FLAGS.epochs:g} epochs / "
+               f"{FLAGS.max_seq_length} tokens per sequence")
+    else:
+        if FLAGS.global_batch_size is None:
+            raise EstimateError("--num_train_steps needs --global_batch_size")
+        sequences = float(FLAGS.num_train_steps) * FLAGS.global_batch_size
+        how = f"{FLAGS.num_train_steps} steps x {FLAGS.global_batch_size} sequences"
+    if sequences <= 0:
+        raise EstimateError(f"the number of sequences must be positive ({how})")
+    return sequences, how
+
+
+def run(FLAGS):
+    config = load_model_config(FLAGS.bert_config_file, FLAGS.model)
+    sequences, how = number_of_sequences(FLAGS)
+    if FLAGS.num_devices < 1:
+        raise EstimateError(f"--num_devices must be >= 1, got {FLAGS.num_devices}")
+    if (FLAGS.sequences_per_second is None) == (FLAGS.metrics_file is None):
+        raise EstimateError("give the throughput exactly one way: --sequences_per_second "
+                            "(per device) or --metrics_file=output_dir/metrics.jsonl")
+    if FLAGS.metrics_file:
+        per_device = throughput_from_metrics(FLAGS.metrics_file, FLAGS.metrics_num_devices)
+        source = f"measured in {FLAGS.metrics_file}"
+    else:
+        per_device = FLAGS.sequences_per_second
+        source = "--sequences_per_second"
+    if per_device <= 0:
+        raise EstimateError(f"throughput must be positive, got {per_device}")
+    efficiency = (default_efficiency(FLAGS.num_devices) if FLAGS.efficiency is None
+                  else FLAGS.efficiency)
+    if not 0 < efficiency <= 1:
+        raise EstimateError(f"--efficiency must be in (0, 1], got {efficiency}")
+
+    estimate = TrainingEstimate(sequences, per_device, FLAGS.num_devices, efficiency)
+    flops = training_flops_per_sequence(config, FLAGS.max_seq_length,
+                                        FLAGS.max_predictions_per_seq)
+    achieved_tflops = per_device * flops / 1e12
+    print(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
+          f"A={config.num_attention_heads} vocab={config.vocab_size}, "
+          f"{count_parameters(config) / 1e6:.1f}M parameters, seq {FLAGS.max_seq_length}")
+    print(f"training: {sequences:.4g} sequences ({how}), "
+          f"{sequences * FLAGS.max_seq_length:.4g} tokens")
+    print(f"throughput: {per_device:.4g} sequences/s per device ({source}), "
+          f"{achieved_tflops:.3g} model TFLOP/s per device "
+          f"({flops / 1e9:.3g} GFLOP per sequence)")
+    if FLAGS.peak_tflops:
+        print(f"model FLOPs utilisation: {100 * achieved_tflops / FLAGS.peak_tflops:.1f}% "
+              f"of {FLAGS.peak_tflops:g} TFLOP/s")
+    print(f"assumption: linear data-parallel scaling over {FLAGS.num_devices} device(s) "
+          f"x efficiency {efficiency:g} = {estimate.sequences_per_second:.4g} sequences/s")
+    print(f"time to train: {format_duration(estimate.seconds)}, "
+          f"{estimate.device_hours:.1f} device-hours")
+    if FLAGS.price_per_device_hour is not None:
+        print(f"cost: {estimate.cost(FLAGS.price_per_device_hour):,.2f} at "
+              f"{FLAGS.price_per_device_hour:g} per device-hour")
+    return estimate
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    try:
+        run(flags.FLAGS)
+    except (EstimateError, BertConfigError) as e:
+        print(f"estimate: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
+

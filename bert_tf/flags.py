@@ -1,0 +1,152 @@
+"""run_pretraining flags (defined once, Google/NVIDIA names) and the plain
+`PretrainingConfig` they become, so other tools (doctor, estimate) can build
+and validate one without parsing flags."""
+
+import dataclasses
+
+from absl import flags
+
+from bert_tf.optimization import OPTIMIZER_TYPES
+from bert_tf.precision import PRECISIONS
+
+
+class PretrainingConfigError(ValueError):
+    """A flag value that cannot work; the message names the flag."""
+
+
+@dataclasses.dataclass
+class PretrainingConfig:
+    bert_config_file: str
+    output_dir: str
+    input_files: str = ""
+    eval_files: str = ""
+    init_checkpoint: str = ""
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    num_train_steps: int = 100_000
+    num_warmup_steps: int = 10_000
+    learning_rate: float = 5e-5
+    optimizer_type: str = "lamb"
+    weight_decay_rate: float = 0.01
+    num_accumulation_steps: int = 1
+    precision: str = "fp32"
+    use_xla: bool = False
+    fp16_allreduce: bool = False
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    log_every_n_steps: int = 10
+    do_train: bool = False
+    do_eval: bool = False
+    max_eval_steps: int = 100
+    seed: int = 12345
+    max_nonfinite_updates: int = 25
+    peer_timeout_seconds: float = 900.0
+    time_to_train_sequences: float = 256e6
+
+    def validate(self) -> None:
+        def fail(flag, problem):
+            raise PretrainingConfigError(f"--{flag} {problem}")
+
+        if not (self.do_train or self.do_eval):
+            fail("do_train", "or --do_eval must be set (nothing to do)")
+        if not self.bert_config_file:
+            fail("bert_config_file", "is required (the model's bert_config.json)")
+        if not self.output_dir:
+            fail("output_dir", "is required (checkpoints and logs go there)")
+        if self.do_train and not self.input_files:
+            fail("input_files", "is required with --do_train (TFRecord globs, comma separated)")
+        if self.do_eval and not self.eval_files:
+            fail("eval_files", "is required with --do_eval (TFRecord globs, comma separated)")
+        for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
+                     "max_predictions_per_seq", "num_train_steps", "num_accumulation_steps",
+                     "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
+                     "max_eval_steps", "max_nonfinite_updates"):
+            if getattr(self, name) < 1:
+                fail(name, f"must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.num_warmup_steps <= self.num_train_steps:
+            fail("num_warmup_steps", f"must be in [0, --num_train_steps={self.num_train_steps}], "
+                 f"got {self.num_warmup_steps}")
+        if self.max_predictions_per_seq > self.max_seq_length:
+            fail("max_predictions_per_seq", f"({self.max_predictions_per_seq}) cannot exceed "
+                 f"--max_seq_length ({self.max_seq_length})")
+        if self.learning_rate <= 0:
+            fail("learning_rate", f"must be positive, got {self.learning_rate}")
+        if self.weight_decay_rate < 0:
+            fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
+        if self.optimizer_type not in OPTIMIZER_TYPES:
+            fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
+        if self.precision not in PRECISIONS:
+            fail("precision", f"must be one of {', '.join(PRECISIONS)}")
+
+
+def define_pretraining_flags() -> None:
+    """Defines every run_pretraining flag (call once, before parsing)."""
+    d = PretrainingConfig.__dataclass_fields__
+    flags.DEFINE_string("input_files", "", "TFRecord files from create_pretraining_data.py: "
+                        "comma-separated globs.")
+    flags.DEFINE_string("eval_files", "", "TFRecord files for --do_eval: comma-separated globs.")
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
+    flags.DEFINE_string("init_checkpoint", "", "Checkpoint (prefix or directory) to initialise "
+                        "the model weights from, e.g. Google's bert_model.ckpt or the end of "
+                        "phase 1. Optimizer state and step are not taken from it.")
+    flags.DEFINE_string("output_dir", None, "Checkpoints, metrics.jsonl and TensorBoard "
+                        "summaries go here. Rerunning with the same directory resumes.")
+    flags.DEFINE_integer("train_batch_size", d["train_batch_size"].default,
+                         "Sequences per micro-batch per rank.")
+    flags.DEFINE_integer("eval_batch_size", d["eval_batch_size"].default,
+                         "Sequences per eval batch per rank.")
+    flags.DEFINE_integer("max_seq_length", d["max_seq_length"].default,
+                         "Sequence length of the records (must match the data).")
+    flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"].default,
+                         "Masked positions per record (must match the data).")
+    flags.DEFINE_integer("num_train_steps", d["num_train_steps"].default,
+                         "Optimizer updates to train for (each is num_accumulation_steps "
+                         "micro-batches on every rank).")
+    flags.DEFINE_integer("num_warmup_steps", d["num_warmup_steps"].default,
+                         "Updates of linear learning-rate warmup.")
+    flags.DEFINE_float("learning_rate", d["learning_rate"].default, "Peak learning rate.")
+    flags.DEFINE_enum("optimizer_type", d["optimizer_type"].default, OPTIMIZER_TYPES,
+                      "lamb (NVIDIA's recipes; poly decay power 0.5) or adamw (Google's "
+                      "AdamWeightDecay; linear decay).")
+    flags.DEFINE_float("weight_decay_rate", d["weight_decay_rate"].default,
+                       "Decoupled weight decay (not applied to LayerNorm and bias).")
+    flags.DEFINE_integer("num_accumulation_steps", d["num_accumulation_steps"].default,
+                         "Micro-batches accumulated per optimizer update.")
+    flags.DEFINE_enum("precision", d["precision"].default, PRECISIONS,
+                      "fp32; fp16 (dynamic loss scaling); bf16; amp (TF's automatic mixed "
+                      "precision graph rewrite: fp16 on GPU, bf16 on CPU).")
+    flags.DEFINE_bool("use_xla", d["use_xla"].default,
+                      "Compile the forward/backward computation with XLA (jit_compile).")
+    flags.DEFINE_bool("fp16_allreduce", d["fp16_allreduce"].default,
+                      "Compress gradients to float16 for the allreduce.")
+    flags.DEFINE_integer("save_checkpoints_steps", d["save_checkpoints_steps"].default,
+                         "Save a checkpoint every this many updates (and at the end).")
+    flags.DEFINE_integer("keep_checkpoint_max", d["keep_checkpoint_max"].default,
+                         "Checkpoints kept in --output_dir.")
+    flags.DEFINE_integer("log_every_n_steps", d["log_every_n_steps"].default,
+                         "Updates between metrics.jsonl / TensorBoard entries.")
+    flags.DEFINE_bool("do_train", False, "Train.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate on --eval_files (after training if both).")
+    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"].default,
+                         "Maximum eval batches per rank.")
+    flags.DEFINE_integer("seed", d["seed"].default,
+                         "Seed of the weight initialisation and the input order.")
+    flags.DEFINE_integer("max_nonfinite_updates", d["max_nonfinite_updates"].default,
+                         "Stop when this many updates in a row have non-finite gradients.")
+    flags.DEFINE_float("peer_timeout_seconds", d["peer_timeout_seconds"].default,
+                       "A multi-rank run exits with an error when no update completes for "
+                       "this long (a dead or hung peer); 0 disables.")
+    flags.DEFINE_float("time_to_train_sequences", d["time_to_train_sequences"].default,
+                       "The final summary estimates the time to train on this many sequences "
+                       "(default: Google's BERT-base schedule, 1M steps x 256).")
+
+
+def pretraining_config_from_flags(flag_values) -> PretrainingConfig:
+    """A PretrainingConfig from parsed absl flags (call .validate() to check it)."""
+    config = PretrainingConfig(**{
+        field.name: getattr(flag_values, field.name)
+        for field in dataclasses.fields(PretrainingConfig)
+    })
+    return config

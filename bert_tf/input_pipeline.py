@@ -1,0 +1,201 @@
+"""tf.data pipeline over pretraining TFRecords (Google's schema), with optional dynamic masking.
+
+Knows nothing of the model or Horovod: the rank and the number of ranks are arguments.
+"""
+
+import dataclasses
+import glob
+import os
+
+import tensorflow as tf
+
+# Google's create_pretraining_data.py schema: feature -> (dtype, length). A length is the name of
+# the argument that sets it, or a fixed number.
+FEATURES = {
+    "input_ids": (tf.int64, "max_seq_length"),
+    "input_mask": (tf.int64, "max_seq_length"),
+    "segment_ids": (tf.int64, "max_seq_length"),
+    "masked_lm_positions": (tf.int64, "max_predictions_per_seq"),
+    "masked_lm_ids": (tf.int64, "max_predictions_per_seq"),
+    "masked_lm_weights": (tf.float32, "max_predictions_per_seq"),
+    "next_sentence_labels": (tf.int64, 1),
+}
+
+
+class InputDataError(ValueError):
+    """Input files are missing or hold records that disagree with the flags."""
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+    sizes = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq}
+    return {name: sizes.get(length, length) for name, (_, length) in FEATURES.items()}
+
+
+def feature_spec(max_seq_length, max_predictions_per_seq):
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+    return {name: tf.io.FixedLenFeature([lengths[name]], dtype)
+            for name, (dtype, _) in FEATURES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicMasking:
+    """RoBERTa-style masking chosen per batch in the pipeline (records are written unmasked with
+    create_pretraining_data.py --nomasking). Ids are the vocab's; Google's rules: pick
+    min(max_predictions_per_seq, max(1, round(len * masked_lm_prob))) non-special tokens, then
+    80% [MASK], 10% a random vocab id, 10% unchanged."""
+
+    vocab_size: int
+    mask_id: int
+    special_ids: tuple[int, ...]  # never masked: [CLS], [SEP], [PAD]
+    masked_lm_prob: float = 0.15
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, masked_lm_prob=0.15):
+        return cls(tokenizer.vocab_size, tokenizer.mask_id,
+                   (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), masked_lm_prob)
+
+
+def expand_patterns(input_patterns):
+    """Comma-separated string or list of globs -> sorted, de-duplicated file list."""
+    if isinstance(input_patterns, str | os.PathLike):
+        input_patterns = str(input_patterns).split(",")
+    files, empty = [], []
+    for pattern in input_patterns:
+        pattern = str(pattern).strip()
+        if not pattern:
+            continue
+        matches = sorted(tf.io.gfile.glob(pattern) if "://" in pattern else glob.glob(pattern))
+        if not matches:
+            empty.append(pattern)
+        files.extend(matches)
+    if empty or not files:
+        raise InputDataError(f"no input files match {', '.join(empty) or input_patterns!r}; "
+                             "check the --input_files pattern(s) (comma-separated globs)")
+    return sorted(set(files))
+
+
+def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
+    """Parses the first record of each file eagerly and checks every feature's length.
+
+    Raises InputDataError naming the file, feature, expected and found lengths. Returns the
+    files that hold at least one record; raises if none does.
+    """
+    expected = feature_lengths(max_seq_length, max_predictions_per_seq)
+    nonempty = []
+    for path in files:
+        records = list(tf.data.TFRecordDataset(path).take(1).as_numpy_iterator())
+        if not records:
+            continue
+        example = tf.train.Example.FromString(records[0])
+        for name, (dtype, _) in FEATURES.items():
+            if name not in example.features.feature:
+                raise InputDataError(f"{path}: records lack feature {name!r}; expected Google's "
+                                     "pretraining schema (make it with create_pretraining_data.py)")
+            feature = example.features.feature[name]
+            values = feature.float_list.value if dtype == tf.float32 else feature.int64_list.value
+            if len(values) != expected[name]:
+                raise InputDataError(
+                    f"{path}: feature {name!r} has length {len(values)}, expected "
+                    f"{expected[name]} (max_seq_length={max_seq_length}, max_predictions_per_seq="
+                    f"{max_predictions_per_seq}); pass the lengths the data was created with")
+        nonempty.append(path)
+    if not nonempty:
+        raise InputDataError(f"all {len(files)} input file(s) are empty, e.g. {files[0]}")
+    return nonempty
+
+
+def _to_model_types(record):
+    """int64 -> int32 (what the model takes), next_sentence_labels [1] -> scalar."""
+    out = {}
+    for name, value in record.items():
+        if value.dtype == tf.int64:
+            value = tf.cast(value, tf.int32)
+        out[name] = value
+    out["next_sentence_labels"] = tf.squeeze(out["next_sentence_labels"], -1)
+    return out
+
+
+def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
+    """Chooses masked positions for a batch of unmasked records; `seed` is a [2] int tensor."""
+    input_ids = batch["input_ids"]
+    shape = tf.shape(input_ids)
+    batch_size, seq_length = shape[0], shape[1]
+    seeds = tf.random.experimental.stateless_split(seed, 4)
+    candidate = tf.cast(batch["input_mask"], tf.bool)
+    for special_id in masking.special_ids:
+        candidate &= tf.not_equal(input_ids, special_id)
+    num_tokens = tf.reduce_sum(batch["input_mask"], axis=1)
+    num_to_predict = tf.minimum(
+        max_predictions_per_seq,
+        tf.maximum(1, tf.cast(tf.math.round(tf.cast(num_tokens, tf.float32)
+                                            * masking.masked_lm_prob), tf.int32)))
+    num_to_predict = tf.minimum(num_to_predict, tf.reduce_sum(tf.cast(candidate, tf.int32), 1))
+    # A uniform random subset of the candidates: the top-k of random keys.
+    keys = tf.random.stateless_uniform(shape, seeds[0])
+    keys = tf.where(candidate, keys, -1.0)
+    _, top = tf.math.top_k(keys, k=max_predictions_per_seq)
+    valid = tf.range(max_predictions_per_seq)[None, :] < num_to_predict[:, None]
+    positions = tf.sort(tf.where(valid, top, seq_length), axis=1)  # invalid ones sort last
+    valid = positions < seq_length
+    positions = tf.where(valid, positions, 0)
+    original = tf.gather(input_ids, positions, batch_dims=1)
+    choice = tf.random.stateless_uniform(tf.shape(positions), seeds[1])
+    random_ids = tf.random.stateless_uniform(tf.shape(positions), seeds[2], 0, masking.vocab_size,
+                                             dtype=tf.int32)
+    replacement = tf.where(choice < 0.8, masking.mask_id,
+                           tf.where(choice < 0.9, original, random_ids))
+    rows = tf.broadcast_to(tf.range(batch_size)[:, None], tf.shape(positions))
+    indices = tf.stack([rows, positions], -1)
+    update_indices = tf.boolean_mask(indices, valid)
+    masked_ids = tf.tensor_scatter_nd_update(input_ids, update_indices,
+                                             tf.boolean_mask(replacement, valid))
+    return {
+        **batch,
+        "input_ids": masked_ids,
+        "masked_lm_positions": positions,
+        "masked_lm_ids": tf.where(valid, original, 0),
+        "masked_lm_weights": tf.cast(valid, tf.float32),
+    }
+
+
+def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predictions_per_seq,
+                        is_training=True, rank=0, num_ranks=1, seed=12345, dynamic_masking=None):
+    """Batches of pretraining features, [B,S]/[B,P] int32 (masked_lm_weights float32) and
+    next_sentence_labels [B]; drop_remainder=True.
+
+    Training: this rank's share (whole files when there are at least as many files as ranks,
+    else every num_ranks-th record), shuffled, repeated forever; the same arguments give the same
+    batches in every run, so a resumed run can `.skip(steps_done)`. Eval: one pass, in order.
+    """
+    files = check_record_shapes(expand_patterns(input_patterns), max_seq_length,
+                                max_predictions_per_seq)
+    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    options = tf.data.Options()
+    options.deterministic = True
+    shard_by_file = is_training and len(files) >= num_ranks
+    if shard_by_file:
+        files = files[rank::num_ranks]
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+        dataset = dataset.interleave(
+            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if not shard_by_file:
+            dataset = dataset.shard(num_ranks, rank)
+        dataset = dataset.shuffle(max(100, 10 * batch_size), seed=seed + 1)
+    else:
+        dataset = tf.data.TFRecordDataset(dataset)
+        if num_ranks > 1:
+            dataset = dataset.shard(num_ranks, rank)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.map(lambda records: _to_model_types(tf.io.parse_example(records, spec)),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if dynamic_masking is not None:
+        # Seeded by (seed, rank, batch index): reproducible, and right after a resume's skip().
+        dataset = dataset.enumerate().map(
+            lambda index, batch: apply_dynamic_masking(
+                batch, dynamic_masking, max_predictions_per_seq,
+                tf.stack([tf.constant(seed * 1009 + rank, tf.int64), index])),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,368 @@
+"""BERT (Devlin et al., 2018) as plain tf.Modules, with Google's checkpoint names.
+
+Keras-free on purpose: Horovod cannot handle Keras 3 variables. Variables are
+float32; with compute_dtype float16/bfloat16 the matmuls run in that dtype while
+softmax, LayerNorm, the pretraining logits and the losses stay float32.
+Activations are kept as [batch * seq, hidden] matrices between layers (as in
+Google's modeling.py) so every dense layer is one 2-D matmul.
+"""
+
+import math
+import re
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from bert_tf.config import BertConfig
+
+LAYER_NORM_EPSILON = 1e-12
+# Added to attention scores of padding positions; exp() of it underflows to 0.
+MASK_ADDER = -10000.0
+
+ACTIVATIONS = {
+    "gelu": lambda x: tf.nn.gelu(x, approximate=False),  # exact erf GELU, as Google's
+    "relu": tf.nn.relu,
+    "tanh": tf.tanh,
+    "linear": tf.identity,
+}
+
+
+class BertOutputs(NamedTuple):
+    sequence_output: tf.Tensor  # [B, S, H]
+    pooled_output: tf.Tensor  # [B, H]
+    hidden_states: tuple  # embedding output, then each layer's output: [B, S, H]
+    attention_probs: tuple | None  # per layer [B, heads, S, S], if return_attention
+
+
+class PreTrainingOutputs(NamedTuple):
+    mlm_logits: tf.Tensor  # [B, P, V]
+    nsp_logits: tf.Tensor  # [B, 2]
+    bert: BertOutputs
+
+
+class _NamedModule(tf.Module):
+    """A module whose variables carry their full Google checkpoint names.
+
+    `named_variables()` yields (name, variable) in definition order, which
+    `variables_by_name` turns into the checkpoint dict.
+    """
+
+    def __init__(self, scope):
+        super().__init__()
+        self.scope = scope
+        self._own = []  # (full name, variable), in creation order
+        self._children = []
+
+    def _add(self, name, shape, initializer):
+        full_name = f"{self.scope}/{name}" if self.scope else name
+        variable = tf.Variable(initializer(shape), name=full_name, dtype=tf.float32)
+        self._own.append((full_name, variable))
+        return variable
+
+    def _child(self, module):
+        self._children.append(module)
+        return module
+
+    def named_variables(self):
+        yield from self._own
+        for child in self._children:
+            yield from child.named_variables()
+
+
+def _truncated_normal(stddev):
+    # Like Google's truncated_normal_initializer: resampled beyond 2 stddev.
+    return lambda shape: tf.random.truncated_normal(shape, stddev=stddev)
+
+
+def _zeros(shape):
+    return tf.zeros(shape)
+
+
+def _ones(shape):
+    return tf.ones(shape)
+
+
+class Dense(_NamedModule):
+    """`scope/kernel` [in, out] and `scope/bias` [out]; x is [..., in] in compute dtype."""
+
+    def __init__(self, scope, in_dim, out_dim, initializer_range):
+        super().__init__(scope)
+        self.kernel = self._add("kernel", [in_dim, out_dim], _truncated_normal(initializer_range))
+        self.bias = self._add("bias", [out_dim], _zeros)
+
+    def __call__(self, x):
+        y = tf.matmul(x, tf.cast(self.kernel, x.dtype))
+        return tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
+
+
+class LayerNorm(_NamedModule):
+    """`scope/gamma`, `scope/beta`; normalises in float32, returns `out_dtype`."""
+
+    def __init__(self, scope, dim):
+        super().__init__(scope)
+        self.gamma = self._add("gamma", [dim], _ones)
+        self.beta = self._add("beta", [dim], _zeros)
+
+    def __call__(self, x, out_dtype):
+        x = tf.cast(x, tf.float32)
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        y = (x - mean) * tf.math.rsqrt(variance + LAYER_NORM_EPSILON) * self.gamma + self.beta
+        return tf.cast(y, out_dtype)
+
+
+def _dropout(x, rate, training):
+    if training and rate > 0:
+        return tf.nn.dropout(x, rate=rate)
+    return x
+
+
+class Embeddings(_NamedModule):
+    def __init__(self, config: BertConfig):
+        super().__init__("bert/embeddings")
+        init = _truncated_normal(config.initializer_range)
+        h = config.hidden_size
+        self.word_embeddings = self._add("word_embeddings", [config.vocab_size, h], init)
+        self.token_type_embeddings = self._add(
+            "token_type_embeddings", [config.type_vocab_size, h], init)
+        self.position_embeddings = self._add(
+            "position_embeddings", [config.max_position_embeddings, h], init)
+        self.layer_norm = self._child(LayerNorm("bert/embeddings/LayerNorm", h))
+        self.dropout_prob = config.hidden_dropout_prob
+
+    def __call__(self, input_ids, segment_ids, compute_dtype, training):
+        seq_length = tf.shape(input_ids)[1]
+        # Lookups and the sum stay float32 (they are gathers and adds, not matmuls).
+        x = tf.gather(self.word_embeddings, input_ids)
+        # A one-hot product for the tiny token-type table, as Google does: its
+        # gradient is a dense tensor rather than IndexedSlices.
+        token_types = tf.one_hot(segment_ids, self.token_type_embeddings.shape[0])
+        x += tf.einsum("bst,th->bsh", token_types, self.token_type_embeddings)
+        x += self.position_embeddings[tf.newaxis, :seq_length]
+        x = self.layer_norm(x, compute_dtype)
+        return _dropout(x, self.dropout_prob, training)
+
+
+class TransformerLayer(_NamedModule):
+    """One post-LayerNorm encoder layer, on [B*S, H] activations."""
+
+    def __init__(self, config: BertConfig, index):
+        scope = f"bert/encoder/layer_{index}"
+        super().__init__(scope)
+        h, r = config.hidden_size, config.initializer_range
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.head_size
+        self.query = self._child(Dense(f"{scope}/attention/self/query", h, h, r))
+        self.key = self._child(Dense(f"{scope}/attention/self/key", h, h, r))
+        self.value = self._child(Dense(f"{scope}/attention/self/value", h, h, r))
+        self.attention_output = self._child(Dense(f"{scope}/attention/output/dense", h, h, r))
+        self.attention_layer_norm = self._child(
+            LayerNorm(f"{scope}/attention/output/LayerNorm", h))
+        self.intermediate = self._child(
+            Dense(f"{scope}/intermediate/dense", h, config.intermediate_size, r))
+        self.output_dense = self._child(
+            Dense(f"{scope}/output/dense", config.intermediate_size, h, r))
+        self.output_layer_norm = self._child(LayerNorm(f"{scope}/output/LayerNorm", h))
+        self.activation = ACTIVATIONS[config.hidden_act]
+        self.hidden_dropout_prob = config.hidden_dropout_prob
+        self.attention_dropout_prob = config.attention_probs_dropout_prob
+
+    def _split_heads(self, x, batch_size, seq_length):
+        # [B*S, H] -> [B, heads, S, head_size]
+        x = tf.reshape(x, [batch_size, seq_length, self.num_heads, self.head_size])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def __call__(self, x, attention_adder, batch_size, seq_length, training):
+        """x: [B*S, H] compute dtype; attention_adder: [B, 1, 1, S] float32.
+
+        Returns the new [B*S, H] activations and the float32 attention probs.
+        """
+        dtype = x.dtype
+        # Scaling the queries instead of the [B, heads, S, S] scores is cheaper.
+        query = self._split_heads(self.query(x), batch_size, seq_length) * tf.cast(
+            1.0 / math.sqrt(self.head_size), dtype)
+        key = self._split_heads(self.key(x), batch_size, seq_length)
+        value = self._split_heads(self.value(x), batch_size, seq_length)
+        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, S, S]
+        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_adder, axis=-1)
+        dropped = _dropout(tf.cast(probs, dtype), self.attention_dropout_prob, training)
+        context = tf.matmul(dropped, value)  # [B, heads, S, head_size]
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), tf.shape(x))
+
+        attention = _dropout(self.attention_output(context), self.hidden_dropout_prob, training)
+        attention = self.attention_layer_norm(attention + x, dtype)
+        intermediate = self.activation(self.intermediate(attention))
+        output = _dropout(self.output_dense(intermediate), self.hidden_dropout_prob, training)
+        return self.output_layer_norm(output + attention, dtype), probs
+
+
+class BertModel(_NamedModule):
+    """The BERT encoder with pooler; variables under `bert/...`."""
+
+    def __init__(self, config: BertConfig, compute_dtype=tf.float32):
+        super().__init__("")
+        compute_dtype = tf.as_dtype(compute_dtype)
+        if compute_dtype not in (tf.float32, tf.float16, tf.bfloat16):
+            raise ValueError(f"compute_dtype must be float32, float16 or bfloat16, "
+                             f"got {compute_dtype.name}")
+        self.config = config
+        self.compute_dtype = compute_dtype
+        self.embeddings = self._child(Embeddings(config))
+        self.layers = [self._child(TransformerLayer(config, i))
+                       for i in range(config.num_hidden_layers)]
+        self.pooler = self._child(
+            Dense("bert/pooler/dense", config.hidden_size, config.hidden_size,
+                  config.initializer_range))
+
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, training=False,
+                 return_attention=False) -> BertOutputs:
+        """input_ids, input_mask (1 = real token), segment_ids: [B, S] integers.
+
+        `training` must be a Python bool: it decides whether dropout is in the graph.
+        """
+        input_ids = tf.convert_to_tensor(input_ids)
+        static_length = input_ids.shape[1]
+        if static_length is not None and static_length > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {static_length} exceeds max_position_embeddings "
+                             f"({self.config.max_position_embeddings}) of bert_config.json")
+        if input_mask is None:
+            input_mask = tf.ones_like(input_ids)
+        if segment_ids is None:
+            segment_ids = tf.zeros_like(input_ids)
+        shape = tf.shape(input_ids)
+        batch_size, seq_length = shape[0], shape[1]
+        hidden = self.config.hidden_size
+
+        attention_adder = (1.0 - tf.cast(input_mask, tf.float32)) * MASK_ADDER
+        attention_adder = attention_adder[:, tf.newaxis, tf.newaxis, :]
+
+        x = self.embeddings(input_ids, segment_ids, self.compute_dtype, training)
+        x = tf.reshape(x, [-1, hidden])
+        states, all_probs = [x], []
+        for layer in self.layers:
+            x, probs = layer(x, attention_adder, batch_size, seq_length, training)
+            states.append(x)
+            all_probs.append(probs)
+
+        def as_sequence(t):
+            return tf.reshape(tf.cast(t, tf.float32), [batch_size, seq_length, hidden])
+
+        sequence = tf.reshape(x, [batch_size, seq_length, hidden])
+        pooled = tf.tanh(self.pooler(sequence[:, 0]))
+        return BertOutputs(
+            sequence_output=tf.cast(sequence, tf.float32),
+            pooled_output=tf.cast(pooled, tf.float32),
+            hidden_states=tuple(as_sequence(s) for s in states),
+            attention_probs=tuple(all_probs) if return_attention else None,
+        )
+
+
+class MaskedLMHead(_NamedModule):
+    """`cls/predictions`: transform, then logits against the (tied) word embeddings."""
+
+    def __init__(self, config: BertConfig, word_embeddings):
+        super().__init__("cls/predictions")
+        h = config.hidden_size
+        self.transform = self._child(
+            Dense("cls/predictions/transform/dense", h, h, config.initializer_range))
+        self.activation = ACTIVATIONS[config.hidden_act]
+        self.layer_norm = self._child(LayerNorm("cls/predictions/transform/LayerNorm", h))
+        self.output_bias = self._add("output_bias", [config.vocab_size], _zeros)
+        # Tied, not owned: the embedding variable is named under bert/embeddings.
+        self.word_embeddings = word_embeddings
+
+    def __call__(self, x):
+        """x: [N, H] compute dtype -> float32 logits [N, V]."""
+        x = self.layer_norm(self.activation(self.transform(x)), x.dtype)
+        logits = tf.matmul(x, tf.cast(self.word_embeddings, x.dtype), transpose_b=True)
+        return tf.nn.bias_add(tf.cast(logits, tf.float32), self.output_bias)
+
+
+class NextSentenceHead(_NamedModule):
+    """`cls/seq_relationship`: output_weights [2, H] (Google's layout) and output_bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__("cls/seq_relationship")
+        self.output_weights = self._add(
+            "output_weights", [2, config.hidden_size],
+            _truncated_normal(config.initializer_range))
+        self.output_bias = self._add("output_bias", [2], _zeros)
+
+    def __call__(self, pooled):
+        logits = tf.matmul(pooled, self.output_weights, transpose_b=True)
+        return tf.nn.bias_add(logits, self.output_bias)
+
+
+class BertForPreTraining(_NamedModule):
+    """BERT plus the masked-LM and next-sentence heads (`cls/...`)."""
+
+    def __init__(self, config: BertConfig, compute_dtype=tf.float32):
+        super().__init__("")
+        self.config = config
+        self.bert = self._child(BertModel(config, compute_dtype))
+        self.masked_lm = self._child(MaskedLMHead(config, self.bert.embeddings.word_embeddings))
+        self.next_sentence = self._child(NextSentenceHead(config))
+
+    def __call__(self, features, training=False, return_attention=False) -> PreTrainingOutputs:
+        """features: dict with input_ids, input_mask, segment_ids [B, S] and
+        masked_lm_positions [B, P] (int32)."""
+        outputs = self.bert(features["input_ids"], features["input_mask"],
+                            features["segment_ids"], training=training,
+                            return_attention=return_attention)
+        # Gather before the head: only P of the S positions need [V] logits.
+        positions = features["masked_lm_positions"]
+        masked = tf.cast(tf.gather(outputs.sequence_output, positions, batch_dims=1),
+                         self.bert.compute_dtype)  # [B, P, H]
+        mlm_logits = self.masked_lm(tf.reshape(masked, [-1, self.config.hidden_size]))
+        mlm_logits = tf.reshape(mlm_logits, [tf.shape(positions)[0], tf.shape(positions)[1],
+                                             self.config.vocab_size])
+        nsp_logits = self.next_sentence(outputs.pooled_output)
+        return PreTrainingOutputs(mlm_logits=mlm_logits, nsp_logits=nsp_logits, bert=outputs)
+
+
+def pretraining_loss(outputs: PreTrainingOutputs, features) -> dict:
+    """Masked-LM and next-sentence losses as sums and means (float32 scalars).
+
+    features needs masked_lm_ids, masked_lm_weights [B, P] and next_sentence_labels [B].
+    The sums let training normalise by global totals across accumulation steps and ranks.
+    """
+    mlm_ids = tf.cast(features["masked_lm_ids"], tf.int32)
+    mlm_weights = tf.cast(features["masked_lm_weights"], tf.float32)
+    nsp_labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)
+
+    mlm_nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=mlm_ids, logits=outputs.mlm_logits)
+    mlm_hit = tf.cast(tf.equal(tf.argmax(outputs.mlm_logits, -1, output_type=tf.int32), mlm_ids),
+                      tf.float32)
+    nsp_nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=nsp_labels, logits=outputs.nsp_logits)
+    nsp_hit = tf.cast(tf.equal(tf.argmax(outputs.nsp_logits, -1, output_type=tf.int32),
+                               nsp_labels), tf.float32)
+
+    sums = {
+        "mlm_loss_sum": tf.reduce_sum(mlm_weights * mlm_nll),
+        "mlm_weight_sum": tf.reduce_sum(mlm_weights),
+        "mlm_correct_sum": tf.reduce_sum(mlm_weights * mlm_hit),
+        "nsp_loss_sum": tf.reduce_sum(nsp_nll),
+        "nsp_correct_sum": tf.reduce_sum(nsp_hit),
+        "num_examples": tf.cast(tf.size(nsp_labels), tf.float32),
+    }
+    mlm_loss = sums["mlm_loss_sum"] / (sums["mlm_weight_sum"] + 1e-5)  # Google's normaliser
+    nsp_loss = tf.math.divide_no_nan(sums["nsp_loss_sum"], sums["num_examples"])
+    return {
+        **sums,
+        "mlm_loss": mlm_loss,
+        "nsp_loss": nsp_loss,
+        "loss": mlm_loss + nsp_loss,
+        "mlm_accuracy": tf.math.divide_no_nan(sums["mlm_correct_sum"], sums["mlm_weight_sum"]),
+        "nsp_accuracy": tf.math.divide_no_nan(sums["nsp_correct_sum"], sums["num_examples"]),
+    }
+
+
+def _natural_key(name):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def variables_by_name(module) -> dict:
+    """Google checkpoint name (no ':0') -> tf.Variable, embeddings first, layers in order."""
+    named = dict(module.named_variables())
+    return {name: named[name] for name in sorted(named, key=_natural_key)}

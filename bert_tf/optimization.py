@@ -1,0 +1,127 @@
+"""Keras-free optimizers and learning-rate schedule for BERT pretraining.
+
+Two optimizers, both with decoupled weight decay that skips LayerNorm and
+bias variables, and slots named the way Google's and NVIDIA's checkpoints name
+them (`<var>/adam_m`, `<var>/adam_v`):
+
+- `adamw`: Google BERT's AdamWeightDecayOptimizer (no bias correction).
+- `lamb`: LAMB as in NVIDIA's BERT recipes (bias-corrected Adam direction plus
+  weight decay, scaled per variable by the trust ratio ||w|| / ||update||).
+
+Schedule (`learning_rate_at`): linear warmup to the peak, then polynomial decay
+to 0 at `num_train_steps`, computed from step 0 exactly as Google's
+`polynomial_decay` is (so there is a small drop at the end of warmup). The
+power is 1.0 for AdamW (Google) and 0.5 for LAMB (NVIDIA's LAMB recipes).
+Gradients are clipped to global norm 1.0 by the caller before `apply`, after
+the allreduce, as both reference implementations do.
+"""
+
+import re
+
+import tensorflow as tf
+
+OPTIMIZER_TYPES = ("lamb", "adamw")
+EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+CLIP_NORM = 1.0
+
+
+def decay_power(optimizer_type: str) -> float:
+    """Polynomial decay power of the reference recipe for this optimizer."""
+    return 0.5 if optimizer_type == "lamb" else 1.0
+
+
+def learning_rate_at(step, *, peak: float, num_train_steps: int, num_warmup_steps: int,
+                     power: float) -> tf.Tensor:
+    """Learning rate for the update that follows `step` completed updates."""
+    step = tf.cast(step, tf.float32)
+    remaining = 1.0 - tf.minimum(step, float(num_train_steps)) / float(max(num_train_steps, 1))
+    decayed = peak * tf.pow(remaining, power)
+    if not num_warmup_steps:
+        return decayed
+    warmup = peak * step / float(num_warmup_steps)
+    return tf.where(step < float(num_warmup_steps), warmup, decayed)
+
+
+def clip_by_global_norm(grads, finite):
+    """Clips to global norm CLIP_NORM; returns (clipped, norm). A non-finite
+    gradient gets norm 1 so clipping stays finite (the update is skipped)."""
+    norm = tf.linalg.global_norm(grads)
+    use_norm = tf.where(finite, norm, tf.constant(1.0))
+    clipped, _ = tf.clip_by_global_norm(grads, CLIP_NORM, use_norm=use_norm)
+    return clipped, norm
+
+
+class AdamWeightDecay(tf.Module):
+    """Adam with decoupled weight decay over float32 master variables."""
+
+    bias_correction = False
+    use_trust_ratio = False
+
+    def __init__(self, variables_by_name: dict[str, tf.Variable], *, weight_decay_rate: float,
+                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
+                 exclude_from_weight_decay=EXCLUDE_FROM_WEIGHT_DECAY, name: str | None = None):
+        super().__init__(name=name)
+        self.names = list(variables_by_name)
+        self.params = list(variables_by_name.values())
+        self.weight_decay_rate = weight_decay_rate
+        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self.decays = [
+            bool(weight_decay_rate)
+            and not any(re.search(pattern, n) for pattern in exclude_from_weight_decay)
+            for n in self.names
+        ]
+        named = list(variables_by_name.items())
+        self.m = [_zeros_slot(p, f"{n}/adam_m") for n, p in named]
+        self.v = [_zeros_slot(p, f"{n}/adam_v") for n, p in named]
+
+    def slots_by_name(self) -> dict[str, tf.Variable]:
+        slots = {}
+        for n, m, v in zip(self.names, self.m, self.v, strict=True):
+            slots[f"{n}/adam_m"] = m
+            slots[f"{n}/adam_v"] = v
+        return slots
+
+    def apply(self, grads, learning_rate, step) -> None:
+        """One update with `grads` (aligned with the variables), where `step`
+        updates have been applied before (used for bias correction)."""
+        t = tf.cast(step, tf.float32) + 1.0
+        slots = zip(self.params, self.m, self.v, grads, self.decays, strict=True)
+        for param, m, v, grad, decays in slots:
+            next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+            next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+            if self.bias_correction:
+                m_hat = next_m / (1.0 - tf.pow(self.beta_1, t))
+                v_hat = next_v / (1.0 - tf.pow(self.beta_2, t))
+            else:
+                m_hat, v_hat = next_m, next_v
+            update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+            if decays:
+                update += self.weight_decay_rate * param
+            if self.use_trust_ratio:
+                w_norm = tf.norm(param)
+                u_norm = tf.norm(update)
+                ratio = tf.where((w_norm > 0.0) & (u_norm > 0.0), w_norm / u_norm, 1.0)
+                update *= ratio
+            param.assign_sub(learning_rate * update)
+            m.assign(next_m)
+            v.assign(next_v)
+
+
+class Lamb(AdamWeightDecay):
+    """LAMB (You et al. 2019) in the form NVIDIA's BERT recipes use."""
+
+    bias_correction = True
+    use_trust_ratio = True
+
+
+def create_optimizer(optimizer_type: str, variables_by_name: dict[str, tf.Variable],
+                     weight_decay_rate: float) -> AdamWeightDecay:
+    if optimizer_type not in OPTIMIZER_TYPES:
+        raise ValueError(
+            f"--optimizer_type must be one of {OPTIMIZER_TYPES}, got {optimizer_type!r}")
+    cls = Lamb if optimizer_type == "lamb" else AdamWeightDecay
+    return cls(variables_by_name, weight_decay_rate=weight_decay_rate, name="optimizer")
+
+
+def _zeros_slot(param: tf.Variable, name: str) -> tf.Variable:
+    return tf.Variable(tf.zeros(param.shape, tf.float32), trainable=False, name=name)

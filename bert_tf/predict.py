@@ -1,0 +1,100 @@
+"""Masked-word predictions from a pretraining checkpoint.
+
+    python -m bert_tf.predict --bert_config_file=out/bert_config.json \
+        --init_checkpoint=out --vocab_file=vocab.txt --text="the [MASK] sat on the mat"
+
+Every `[MASK]` in a --text gets its --top_k most likely tokens with probabilities.
+"""
+
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from bert_tf import checkpoints
+from bert_tf.config import BertConfig, BertConfigError
+from bert_tf.modeling import BertForPreTraining, variables_by_name
+from bert_tf.tokenization import FullTokenizer, VocabError
+
+MASK = "[MASK]"
+
+
+def load_model(bert_config_file: str, init_checkpoint: str) -> BertForPreTraining:
+    """The pretraining model with weights from a checkpoint (prefix or directory);
+    every variable, the masked-LM head included, must be in the checkpoint."""
+    model = BertForPreTraining(BertConfig.from_json_file(bert_config_file))
+    checkpoints.restore(init_checkpoint, variables_by_name(model), require_all=True)
+    return model
+
+
+def encode_masked_text(tokenizer: FullTokenizer, text: str, max_seq_length: int) -> dict:
+    """[CLS] text [SEP] with each literal [MASK] kept as the mask token; one batch row."""
+    if MASK not in text:
+        raise ValueError(f"--text {text!r} has no {MASK} to predict")
+    ids = [tokenizer.cls_id]
+    for i, piece in enumerate(text.split(MASK)):
+        if i:
+            ids.append(tokenizer.mask_id)
+        ids += tokenizer.tokenize_ids(piece) if piece.strip() else []
+    ids.append(tokenizer.sep_id)
+    if len(ids) > max_seq_length:
+        raise ValueError(f"--text {text!r} is {len(ids)} tokens, more than the model's "
+                         f"max_position_embeddings ({max_seq_length})")
+    positions = [i for i, token_id in enumerate(ids) if token_id == tokenizer.mask_id]
+    return {
+        "input_ids": np.array([ids], np.int32),
+        "input_mask": np.ones([1, len(ids)], np.int32),
+        "segment_ids": np.zeros([1, len(ids)], np.int32),
+        "masked_lm_positions": np.array([positions], np.int32),
+    }
+
+
+def predict_masked(model: BertForPreTraining, tokenizer: FullTokenizer, text: str,
+                   top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """For each [MASK] in `text`, the top_k (token, probability) pairs."""
+    features = encode_masked_text(tokenizer, text, model.config.max_position_embeddings)
+    logits = model(features, training=False).mlm_logits[0]  # [masks, V]
+    probs, ids = tf.math.top_k(tf.nn.softmax(logits, axis=-1), k=top_k)
+    return [
+        list(zip(tokenizer.convert_ids_to_tokens(row_ids), row_probs, strict=True))
+        for row_ids, row_probs in zip(ids.numpy().tolist(), probs.numpy().tolist(), strict=True)
+    ]
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+    flags.DEFINE_string("init_checkpoint", None, "Checkpoint prefix or directory (its latest).")
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab the model was trained with.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased vocab).")
+    flags.DEFINE_multi_string("text", None, "Sentence with one or more [MASK]; repeatable.")
+    flags.DEFINE_integer("top_k", 5, "Predictions per [MASK].")
+    flags.DEFINE_bool("json", False, "Print one JSON object per text instead of lines.")
+    for name in ("bert_config_file", "init_checkpoint", "vocab_file", "text"):
+        flags.mark_flag_as_required(name)
+
+
+def main(argv) -> None:
+    del argv
+    f = flags.FLAGS
+    try:
+        tokenizer = FullTokenizer(f.vocab_file, do_lower_case=f.do_lower_case)
+        model = load_model(f.bert_config_file, f.init_checkpoint)
+        for text in f.text:
+            predictions = predict_masked(model, tokenizer, text, f.top_k)
+            if f.json:
+                print(json.dumps({"text": text, "predictions": predictions}))
+                continue
+            print(text)
+            for i, candidates in enumerate(predictions):
+                words = ", ".join(f"{token} ({prob:.3f})" for token, prob in candidates)
+                print(f"  {MASK} #{i + 1}: {words}")
+    except (BertConfigError, VocabError, checkpoints.CheckpointError, ValueError) as e:
+        print(f"predict: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

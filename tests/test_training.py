@@ -1,0 +1,300 @@
+"""Pretraining: equivalence of rank/accumulation layouts under real Horovod,
+fp16 overflow skipping, kill-and-resume, learning, and bad input.
+
+Data: TFRecords made by create_pretraining_data.py from a slice of the
+Gutenberg corpus (session fixture). Model: L2 H64 A2 I128, no dropout (so
+runs are deterministic and comparable).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import psutil
+import pytest
+import tensorflow as tf
+from conftest import PYTHON, REPO, run_command
+
+from bert_tf import checkpoints, input_pipeline, training
+from bert_tf.flags import PretrainingConfig, PretrainingConfigError
+
+VENV_BIN = Path(sys.executable).parent
+WORKER = REPO / "tests" / "training_worker.py"
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+SEQ, PREDICTIONS = 64, 10
+TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=128, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0, max_position_embeddings=SEQ)
+
+
+@pytest.fixture(scope="session")
+def data(tmp_path_factory, shared_data):
+    """Train/eval TFRecords from Emma (disjoint parts) and a tiny bert_config."""
+    root = tmp_path_factory.mktemp("training_data")
+    text = (shared_data / "corpora" / "gutenberg" / "austen-emma.txt").read_text()
+    (root / "train.txt").write_text(text[:200_000])
+    (root / "eval.txt").write_text(text[-80_000:])
+    run_command([PYTHON, REPO / "create_pretraining_data.py",
+                 f"--input_file={root / 'train.txt'},{root / 'eval.txt'}",
+                 f"--output_file={root / 'train.tfrecord'},{root / 'eval.tfrecord'}",
+                 f"--vocab_file={shared_data / 'vocab' / 'bert-base-uncased.txt'}",
+                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
+                 "--dupe_factor=2", "--noprogress"], env=ONE_THREAD)
+    config = root / "bert_config.json"
+    config.write_text(json.dumps(TINY_BERT))
+    return SimpleNamespace(root=root, train=root / "train.tfrecord", eval=root / "eval.tfrecord",
+                           config=config, vocab=shared_data / "vocab" / "bert-base-uncased.txt")
+
+
+def pretraining_command(data, output_dir, **flags):
+    settings = dict(bert_config_file=data.config, input_files=data.train, output_dir=output_dir,
+                    do_train=True, train_batch_size=8, max_seq_length=SEQ,
+                    max_predictions_per_seq=PREDICTIONS, num_train_steps=40,
+                    num_warmup_steps=4, learning_rate=2e-3, save_checkpoints_steps=10,
+                    log_every_n_steps=5, peer_timeout_seconds=60)
+    settings.update(flags)
+    return [PYTHON, REPO / "run_pretraining.py",
+            *(f"--{k}={v}" if not isinstance(v, bool) else f"--{'' if v else 'no'}{k}"
+              for k, v in settings.items())]
+
+
+def horovodrun(command):
+    return [VENV_BIN / "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", *command]
+
+
+def mpirun(command):
+    exports = [arg for name in ONE_THREAD for arg in ("-x", name)]
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", *exports, *command]
+
+
+def checkpoint_values(prefix):
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+# ------------------------------------------------------------------ equivalence
+
+
+def test_two_ranks_and_accumulation_equal_one_double_batch(data, tmp_path):
+    args = [WORKER, None, tmp_path, data.config, data.train]
+    args[1] = "single"
+    run_command([PYTHON, *args], env=ONE_THREAD)
+    args[1] = "ranks"
+    run_command(horovodrun([PYTHON, *args]), env=ONE_THREAD, timeout=400)
+    single, accumulated = np.load(tmp_path / "single.npy"), np.load(tmp_path / "accumulated.npy")
+    rank0, rank1 = np.load(tmp_path / "rank0.npy"), np.load(tmp_path / "rank1.npy")
+    np.testing.assert_array_equal(rank0, rank1)  # both ranks apply the same update
+    np.testing.assert_allclose(accumulated, single, atol=2e-6, rtol=0)
+    np.testing.assert_allclose(rank0, single, atol=2e-6, rtol=0)
+
+
+def test_fp16_overflow_skips_exactly_that_update_on_every_rank(data, tmp_path):
+    run_command(horovodrun([PYTHON, WORKER, "overflow", tmp_path, data.config, data.train]),
+                env=ONE_THREAD, timeout=400)
+    for rank in (0, 1):
+        log = json.loads((tmp_path / f"overflow{rank}.json").read_text())
+        assert [u["finite"] for u in log] == [True, False, True], log
+        assert [u["weights_changed"] for u in log] == [True, False, True], log
+        assert [u["global_step"] for u in log] == [1, 1, 2], log
+        assert log[1]["loss_scale_after"] == log[1]["loss_scale_used"] / 2, log
+        assert log[2]["loss_scale_used"] == log[1]["loss_scale_after"], log
+    np.testing.assert_array_equal(np.load(tmp_path / "overflow0.npy"),
+                                  np.load(tmp_path / "overflow1.npy"))
+
+
+# ------------------------------------------------------- kill, dead rank, resume
+
+
+def _kill_rank(launcher: psutil.Process, rank: str) -> None:
+    for proc in launcher.children(recursive=True):
+        try:
+            if "run_pretraining.py" in " ".join(proc.cmdline()) and \
+                    proc.environ().get("HOROVOD_RANK") == rank:
+                proc.send_signal(signal.SIGKILL)
+                return
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError(f"no rank {rank} process found under the launcher")
+
+
+def test_killed_rank_stops_the_job_and_rerun_resumes_to_the_same_weights(data, tmp_path):
+    """One input file for two ranks (by-record sharding). Reference under
+    mpirun; the victim under horovodrun loses rank 1 to SIGKILL after its first
+    checkpoint, must end with an error in bounded time, and the same command
+    rerun must finish with the reference's weights and optimizer state."""
+    reference_dir, victim_dir = tmp_path / "reference", tmp_path / "victim"
+    proc = run_command(mpirun(pretraining_command(data, reference_dir)), env=ONE_THREAD,
+                       timeout=400)
+    assert "sharding by record" in proc.stdout
+    reference = checkpoint_values(reference_dir / "model.ckpt-40")
+
+    command = horovodrun(pretraining_command(data, victim_dir, save_checkpoints_steps=10))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **ONE_THREAD}
+    victim = subprocess.Popen([str(a) for a in command], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while checkpoints.latest_checkpoint(victim_dir) is None:
+            assert victim.poll() is None, victim.stdout.read()
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.05)
+        _kill_rank(psutil.Process(victim.pid), "1")
+        killed_at = time.monotonic()
+        output, _ = victim.communicate(timeout=120)
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        if victim.poll() is None:
+            for child in psutil.Process(victim.pid).children(recursive=True):
+                child.kill()
+            victim.kill()
+    assert victim.returncode != 0, output
+    assert stopped_after < 90, output
+    interrupted_at = checkpoints.latest_checkpoint(victim_dir)
+    assert not interrupted_at.endswith("-40"), "the victim finished before the kill"
+
+    proc = run_command(command, env=ONE_THREAD, timeout=400)
+    assert "resumed from" in proc.stdout
+    resumed = checkpoint_values(victim_dir / "model.ckpt-40")
+    assert resumed.keys() == reference.keys()
+    for name, value in reference.items():
+        np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+# --------------------------------------------------------------------- learning
+
+
+def _unigram_baseline(path):
+    """Accuracy of always predicting the most frequent masked token."""
+    dataset = input_pipeline.pretraining_dataset(
+        str(path), batch_size=1, max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
+        is_training=False)
+    counts = {}
+    for features in dataset:
+        for token, weight in zip(features["masked_lm_ids"].numpy().ravel(),
+                                 features["masked_lm_weights"].numpy().ravel(), strict=True):
+            counts[token] = counts.get(token, 0.0) + weight
+    return max(counts.values()) / sum(counts.values())
+
+
+def test_bf16_with_accumulation_learns_above_unigram_baseline(data, tmp_path):
+    output_dir = tmp_path / "out"
+    run_command(pretraining_command(
+        data, output_dir, precision="bf16", num_accumulation_steps=2, num_train_steps=150,
+        num_warmup_steps=15, learning_rate=5e-3, save_checkpoints_steps=1000,
+        log_every_n_steps=10, do_eval=True, eval_files=data.eval, max_eval_steps=50,
+        eval_batch_size=16), env=ONE_THREAD)
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(10, 151, 10))
+    assert all(np.isfinite(r["loss"]) for r in records)
+    assert records[-1]["mlm_loss"] < records[0]["mlm_loss"] - 1.0
+    assert (output_dir / "model.ckpt-150.index").exists()
+    summary = json.loads((output_dir / "train_summary.json").read_text())
+    assert summary["avg_sequences_per_second"] > 0 and summary["time_to_train_hours"] > 0
+
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    baseline = _unigram_baseline(data.eval)
+    print(f"held-out masked-LM accuracy {results['masked_lm_accuracy']:.3f} vs unigram "
+          f"baseline {baseline:.3f}")
+    assert results["masked_lm_accuracy"] > baseline + 0.05
+
+    from bert_tf import predict
+    from bert_tf.tokenization import FullTokenizer
+
+    model = predict.load_model(output_dir / "bert_config.json", output_dir)
+    (candidates,) = predict.predict_masked(model, FullTokenizer(data.vocab),
+                                           "she was very [MASK] to see him .", top_k=3)
+    assert len(candidates) == 3 and all(0 < p <= 1 for _, p in candidates)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _config(data, output_dir, **overrides):
+    settings = dict(bert_config_file=str(data.config), input_files=str(data.train),
+                    output_dir=str(output_dir), do_train=True, train_batch_size=4,
+                    max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, num_train_steps=2,
+                    num_warmup_steps=0, learning_rate=1e-3, save_checkpoints_steps=2)
+    settings.update(overrides)
+    return PretrainingConfig(**settings)
+
+
+def _small_vocab_config(data, tmp_path, vocab_size):
+    path = tmp_path / "small_vocab.json"
+    path.write_text(json.dumps({**TINY_BERT, "vocab_size": vocab_size}))
+    return str(path)
+
+
+def test_vocab_smaller_than_data_ids_is_caught_before_training(data, tmp_path):
+    config = _config(data, tmp_path / "out",
+                     bert_config_file=_small_vocab_config(data, tmp_path, 1000))
+    with pytest.raises(training.TrainingError, match=r"token id \d+ but vocab_size is 1000"):
+        training.run(config)
+    assert checkpoints.latest_checkpoint(tmp_path / "out") is None
+
+
+def _rewrite_records(source, target, edit, count=None):
+    with tf.io.TFRecordWriter(str(target)) as writer:
+        for i, record in enumerate(tf.data.TFRecordDataset(str(source)).take(count or -1)):
+            example = tf.train.Example.FromString(record.numpy())
+            edit(i, example.features.feature)
+            writer.write(example.SerializeToString())
+
+
+def test_out_of_range_id_past_the_checked_records_fails_clearly(data, tmp_path):
+    bad = tmp_path / "late_bad_id.tfrecord"
+
+    def poison_late_records(i, feature):
+        if i >= training.RECORDS_CHECKED_PER_FILE:
+            feature["input_ids"].int64_list.value[1] = 40000
+
+    _rewrite_records(data.train, bad, poison_late_records, count=64)
+    config = _config(data, tmp_path / "out", input_files=str(bad), num_train_steps=20)
+    with pytest.raises(training.TrainingError, match="outside the embedding table"):
+        training.run(config)
+
+
+def test_record_length_mismatch_names_file_and_lengths(data, tmp_path):
+    config = _config(data, tmp_path / "out", max_seq_length=128)
+    with pytest.raises(input_pipeline.InputDataError, match=r"train.tfrecord.*expected 128"):
+        training.run(config)
+
+
+def test_no_input_files_and_unwritable_output_dir(data, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        training.main(_config(data, tmp_path / "out", input_files=str(tmp_path / "none*.rec")))
+    assert exit_info.value.code == 1
+    assert "no input files match" in capsys.readouterr().err
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(training.TrainingError, match="--output_dir=.*not writable"):
+        training.run(_config(data, blocker / "out"))
+    with pytest.raises(PretrainingConfigError, match="--do_train or --do_eval"):
+        training.run(_config(data, tmp_path / "out", do_train=False))
+
+
+def test_persistent_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
+    output_dir = tmp_path / "out"
+    training.run(_config(data, output_dir))
+    good = checkpoint_values(output_dir / "model.ckpt-2")
+
+    nan_weights = tmp_path / "nan_weights.tfrecord"
+
+    def poison(i, feature):
+        feature["masked_lm_weights"].float_list.value[0] = float("nan")
+
+    _rewrite_records(data.train, nan_weights, poison, count=32)
+    config = _config(data, output_dir, input_files=str(nan_weights), num_train_steps=10,
+                     max_nonfinite_updates=3)
+    with pytest.raises(training.TrainingError, match="3 updates in a row.*model.ckpt-2"):
+        training.run(config)
+    assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-2")
+    after = checkpoint_values(output_dir / "model.ckpt-2")
+    for name, value in good.items():
+        np.testing.assert_array_equal(after[name], value)
