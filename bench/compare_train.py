@@ -19,6 +19,7 @@ run_pretraining.py runs - with AdamW, like both peers.
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -225,6 +226,9 @@ def main():
     parser.add_argument("--peak_size", type=int, default=4096)
     parser.add_argument("--peak_dtypes", default="float32,bfloat16", help=argparse.SUPPRESS)
     parser.add_argument("--row_timeout", type=int, default=1200)
+    parser.add_argument("--time_budget_s", type=float, default=None,
+                        help="rows that would start after this many seconds are marked not run")
+    parser.add_argument("--no_modelgarden_xla", dest="modelgarden_xla", action="store_false")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: small shape only, batch 4, one timed step per row")
     parser.set_defaults(max_step_s=120.0)
@@ -240,15 +244,34 @@ def main():
     run(args)
 
 
+def planned_rows(args, shapes, xla):
+    """(framework, shape, precision, xla) in order of importance: fp32, then bf16, then amp."""
+    frameworks = args.frameworks.split(",")
+    ours_precisions = args.ours_precisions.split(",")
+    plan = []
+    for shape in shapes:
+        for precision in ("fp32", "bf16", "amp"):
+            if OURS in frameworks and precision in ours_precisions and not (xla and precision
+                                                                           == "amp"):
+                plan.append((OURS, shape, precision, xla))
+            if precision == "amp":
+                continue
+            if "hf-torch" in frameworks and not xla:
+                plan.append(("hf-torch", shape, precision, xla))
+            if "modelgarden" in frameworks and (args.modelgarden_xla or not xla):
+                plan.append(("modelgarden", shape, precision, xla))
+    return plan
+
+
 def run(args):
     if not OURS_PYTHON.exists():
         common.fail(f"{OURS_PYTHON} missing: run `make venv` first")
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     for shape in shapes:
         if shape not in common.SHAPES:
-            common.fail(f"--shapes: unknown shape {shape!r}; use base and/or small")
-    frameworks = args.frameworks.split(",")
-    info = {"machine_at_start": common.machine_info()}
+            common.fail(f"--shapes: unknown shape {shape!r}; choose from {sorted(common.SHAPES)}")
+    started = time.monotonic()
+    info = {"machine_at_start": common.machine_info(), "command": sys.argv}
     (peaks,) = common.run_json([OURS_PYTHON, __file__, "--child", "peaks", "--threads",
                                 str(args.threads), "--peak_size", str(args.peak_size)],
                                env=common.set_thread_env(args.threads))[-1:]
@@ -258,34 +281,46 @@ def run(args):
     print(f"[compare_train] matmul peak GFLOP/s: "
           f"{ {k: round(v / 1e9, 1) for k, v in peak_flops.items()} }", file=sys.stderr)
 
-    rows = []
-    for shape in shapes:
-        batch = args.base_batch_size if shape == "base" else args.small_batch_size
-        plan = []
-        if OURS in frameworks:
-            plan += [(OURS, p, xla) for p in args.ours_precisions.split(",")
-                     for xla in (False, True) if not (p == "amp" and xla)]
-        if "hf-torch" in frameworks:
-            plan += [("hf-torch", p, False) for p in ("fp32", "bf16")]
-        if "modelgarden" in frameworks:
-            plan += [("modelgarden", p, xla) for p in ("fp32", "bf16") for xla in (False, True)]
-        for framework, precision, xla in plan:
-            record = run_row(args, framework, shape, precision, xla, batch)
-            record["batch_size"] = batch
+    def out_of_time():
+        return args.time_budget_s and time.monotonic() - started > args.time_budget_s
+
+    rows, scaling = [], []
+    # Without XLA first, then scaling, then XLA: if the time budget runs out, the
+    # main comparison is already in. Results are rewritten after every row.
+    for stage in ("rows", "scaling", "xla rows"):
+        if stage == "scaling":
+            if not args.no_scaling and not out_of_time():
+                scaling = run_scaling(args)
+            save(info, peak_flops, rows, scaling)
+            continue
+        for framework, shape, precision, xla in planned_rows(args, shapes, stage == "xla rows"):
+            if out_of_time():
+                record = {"framework": framework, "shape": shape, "precision": precision,
+                          "xla": xla, "skipped": "not run: --time_budget_s used up"}
+            else:
+                record = run_row(args, framework, shape, precision, xla, batch_size(args, shape))
+            record["batch_size"] = batch_size(args, shape)
             if "sequences_per_s" in record:
                 record["mfu"] = common.mfu(record["train_flops_per_sequence"],
                                            record["sequences_per_s"],
                                            peak_flops[PEAK_DTYPE[precision]])
             rows.append(record)
-    scaling = [] if args.no_scaling else run_scaling(args)
+            save(info, peak_flops, rows, scaling)
+    print(render(save(info, peak_flops, rows, scaling)))
+
+
+def batch_size(args, shape):
+    return args.base_batch_size if shape == "base" else args.small_batch_size
+
+
+def save(info, peak_flops, rows, scaling):
+    """Writes the results so far (a cut-short run still leaves its rows)."""
     info["machine_at_end"] = common.machine_info()
     payload = {"info": info, "peak_flops": peak_flops, "rows": rows, "scaling": scaling,
                "ratios": ratios(rows), "targets": targets(rows, scaling),
                "flops_formula": common.bert_forward_flops.__doc__}
-    markdown = render(payload)
-    paths = common.write_results("compare_train", payload, markdown)
-    print(markdown)
-    print(f"[compare_train] wrote {', '.join(map(str, paths))}", file=sys.stderr)
+    common.write_results("compare_train", payload, render(payload))
+    return payload
 
 
 def measured(rows, shape, framework=None, precision=None, peers=False):

@@ -436,11 +436,20 @@ def _write_report(report, example, output_dir):
             attention_plots.write_attention_html(
                 tokens, maps, os.path.join(staging, "attention_example.html"),
                 title=f"Attention of {os.path.basename(report['checkpoint'].rstrip('/'))}")
+        written = set()
         for root, _, files in os.walk(staging):
             target_dir = os.path.join(output_dir, os.path.relpath(root, staging))
             os.makedirs(target_dir, exist_ok=True)
             for name in files:
                 os.replace(os.path.join(root, name), os.path.join(target_dir, name))
+                written.add(os.path.join(target_dir, name))
+        # A table or plot of an earlier run that this one lacks (e.g. no gradient) would mislead.
+        for subdir, suffix in (("tables", ".csv"), ("plots", ".png")):
+            directory = os.path.join(output_dir, subdir)
+            for name in os.listdir(directory) if os.path.isdir(directory) else []:
+                path = os.path.join(directory, name)
+                if name.endswith(suffix) and path not in written:
+                    os.remove(path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -295,20 +295,21 @@ def check_tensor_core_shapes(s: TrainingSettings) -> Check:
     if s.precision not in HALF_PRECISIONS:
         return Check(OK, name, f"--precision={s.precision}: no float16 alignment needed")
     tokens = s.train_batch_size * s.max_seq_length
-    problems = []
+    problems, fixes = [], []
     if tokens % 8:
         problems.append(f"train_batch_size*max_seq_length = {s.train_batch_size}*"
                         f"{s.max_seq_length} = {tokens} is not a multiple of 8")
+        fixes.append("choose a --train_batch_size that makes batch*seq a multiple of 8")
     if s.bert_config is not None and s.bert_config.vocab_size % 8:
         padded = -(-s.bert_config.vocab_size // 8) * 8
         problems.append(f"vocab_size {s.bert_config.vocab_size} is not a multiple of 8 "
                         f"(pad to {padded})")
+        fixes.append(f"pad the vocabulary to {padded} entries with unused tokens when training "
+                     "from scratch (keep it to load Google's checkpoints)")
     if not problems:
         return Check(OK, name, f"{tokens} tokens per batch, multiple of 8")
     return Check(WARN, name, "; ".join(problems) + f": float16 matmuls under "
-                 f"--precision={s.precision} leave tensor cores idle",
-                 "choose a --train_batch_size so batch*seq is a multiple of 8 (NVIDIA uses "
-                 "multiples of 8 throughout); pad the vocabulary with unused tokens")
+                 f"--precision={s.precision} leave tensor cores idle", "; ".join(fixes))
 
 
 def check_sequence_length(s: TrainingSettings) -> Check:
@@ -446,9 +447,10 @@ def check_input_files(flag, patterns, max_seq_length, max_predictions_per_seq) -
         files = check_record_shapes(expand_patterns(patterns), max_seq_length,
                                     max_predictions_per_seq)
     except InputDataError as e:
-        return Check(FAIL, f"--{flag}", str(e),
-                     "regenerate the data with create_pretraining_data.py at these lengths, or "
-                     "pass the lengths it was made with")
+        fix = ("regenerate the data with create_pretraining_data.py at these lengths, or pass "
+               "the lengths it was made with") if "expected" in str(e) else \
+            "point it at existing TFRecord files (comma-separated globs)"
+        return Check(FAIL, f"--{flag}", str(e), fix)
     return Check(OK, f"--{flag}", f"{len(files)} file(s) of seq {max_seq_length}, "
                  f"{max_predictions_per_seq} predictions")
 

@@ -282,15 +282,22 @@ def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_
 
 
 def _guarded_update(state: PretrainingState, micro_batches, config) -> dict:
+    """state.update, with the two errors users meet turned into advice."""
     try:
         return state.update(micro_batches)
-    except tf.errors.InvalidArgumentError as e:
+    except tf.errors.OpError as e:
         if "indices" in e.message and "not in [0," in e.message:
             raise TrainingError(
                 f"a token id in the data is outside the embedding table ({e.message.strip()}); "
                 f"vocab_size in --bert_config_file={config.bert_config_file} is smaller than "
                 "the vocabulary the data was made with: use the bert_config.json whose "
                 "vocab_size matches the vocab file given to create_pretraining_data.py") from None
+        if "Horovod has been shut down" in e.message:
+            raise TrainingError(
+                f"rank {distributed.rank()}: another rank failed or exited (Horovod shut down "
+                f"at step {int(state.global_step.numpy())}); see that rank's error above. "
+                "Rerun the same command to resume from the last checkpoint in "
+                f"--output_dir={config.output_dir}") from None
         raise
 
 

@@ -126,12 +126,17 @@ def test_late_failure_leaves_no_partial_report(tiny_model, shared_data, tmp_path
 def test_untrained_masked_lm_head_gives_no_gradient(shared_data, tmp_path):
     model = _save_tiny_model(tmp_path / "fresh", shared_data / "vocab" / "bert-base-uncased.txt",
                              trained_head=False)
+    stale = tmp_path / "report" / "plots" / "mlm_gradient.png"  # from an earlier run
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    (tmp_path / "report" / "notes.txt").write_text("the user's", encoding="utf-8")
     report = analyze_attention.analyse(_args(
         model, tmp_path, input_file=str(shared_data / "corpora" / "sample_text.txt"),
         max_segments=2, max_seq_length=32))
     assert report["mlm_gradient"] is None
     assert "untrained" in report["mlm_gradient_note"]
-    assert not (tmp_path / "report" / "plots" / "mlm_gradient.png").exists()
+    assert not stale.exists()
+    assert (tmp_path / "report" / "notes.txt").exists()
     assert (tmp_path / "report" / "plots" / "special_tokens.png").exists()
 
 

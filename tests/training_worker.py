@@ -1,16 +1,19 @@
-"""Run by tests/test_training.py, alone or under horovodrun, on fixed records
-(read in file order, no shuffling) so that every layout sees the same data:
+"""Run by tests/test_training.py under `horovodrun -np 2` (its helpers are
+also used in-process for the one-rank references), on fixed records read in
+file order so that every layout sees the same data:
 
-    training_worker.py single   OUT CONFIG FILES   1 rank x 2b, and 2 micro-batches x b
-    training_worker.py ranks    OUT CONFIG FILES   each of 2 ranks takes its half (b)
-    training_worker.py overflow OUT CONFIG FILES   fp16; rank 1 poisons update 2
+    training_worker.py OUT BERT_CONFIG TFRECORDS
 
-Weights are written as one flat float32 vector per layout (npy, names sorted);
-overflow writes a JSON line per update per rank.
+1. each rank takes its half (b) of every batch of 2b -> OUT/rank{r}.npy
+2. fp16 with rank 1's local gradient poisoned in update 2 -> OUT/overflow{r}.{json,npy}
+3. rank 1 hangs; rank 0 waits in a barrier until its watchdog ends the job.
+
+Weights are saved as one flat float32 vector (variables in name order).
 """
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,7 @@ from bert_tf.training import PretrainingState, update_metrics
 HALF_BATCH = 4
 UPDATES = 3
 SEQ, PREDICTIONS = 64, 10
+WATCHDOG_SECONDS, HANG_SECONDS = 5, 120
 
 
 def build_state(config_file, files, **overrides):
@@ -55,46 +59,46 @@ def flat_weights(state):
 
 
 def main():
-    mode, out, config_file, files = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+    out, config_file, files = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     distributed.init()
     rank = distributed.rank()
     batches = full_batches(files)
-    if mode == "single":
-        whole = build_state(config_file, files, train_batch_size=2 * HALF_BATCH)
-        accumulated = build_state(config_file, files, num_accumulation_steps=2)
-        for features in batches:
-            whole.update([features])
-            accumulated.update([rows(features, 0), rows(features, 1)])
-        np.save(out / "single.npy", flat_weights(whole))
-        np.save(out / "accumulated.npy", flat_weights(accumulated))
-    elif mode == "ranks":
-        state = build_state(config_file, files)
-        for features in batches:
-            state.update([rows(features, rank)])
-        np.save(out / f"rank{rank}.npy", flat_weights(state))
-    elif mode == "overflow":
-        state = build_state(config_file, files, precision="fp16")
-        state.loss_scale.scale.assign(1024.0)  # low enough that only the injected update overflows
-        log = []
-        for i, features in enumerate(batches):
-            mine = rows(features, rank)
-            (totals,) = distributed.allreduce_sum([tf.stack([
-                tf.reduce_sum(mine["masked_lm_weights"]), float(HALF_BATCH)])])
-            state.accumulate(mine, totals)
-            if i == 1 and rank == 1:
-                state.accumulators[3].assign(state.accumulators[3] + np.inf)
-            before = flat_weights(state)
-            metrics = update_metrics(state.apply_update())
-            log.append({"update": i, "finite": metrics["finite"],
-                        "global_step": int(state.global_step.numpy()),
-                        "loss_scale_used": metrics["loss_scale"],
-                        "loss_scale_after": float(state.loss_scale.scale.numpy()),
-                        "weights_changed": bool(np.any(flat_weights(state) != before))})
-        (out / f"overflow{rank}.json").write_text(json.dumps(log))
-        np.save(out / f"overflow{rank}.npy", flat_weights(state))
-    else:
-        raise SystemExit(f"unknown mode {mode}")
+
+    # 1. Each rank takes its half of every double batch.
+    state = build_state(config_file, files)
+    for features in batches:
+        state.update([rows(features, rank)])
+    np.save(out / f"rank{rank}.npy", flat_weights(state))
+
+    # 2. fp16: rank 1 poisons its local gradient sum in the second update.
+    state = build_state(config_file, files, precision="fp16")
+    state.loss_scale.scale.assign(1024.0)  # low enough that only the injected update overflows
+    log = []
+    for i, features in enumerate(batches):
+        mine = rows(features, rank)
+        (totals,) = distributed.allreduce_sum([tf.stack([
+            tf.reduce_sum(mine["masked_lm_weights"]), float(HALF_BATCH)])])
+        state.accumulate(mine, totals)
+        if i == 1 and rank == 1:
+            state.accumulators[3].assign(state.accumulators[3] + np.inf)
+        before = flat_weights(state)
+        metrics = update_metrics(state.apply_update())
+        log.append({"update": i, "finite": metrics["finite"],
+                    "global_step": int(state.global_step.numpy()),
+                    "loss_scale_used": metrics["loss_scale"],
+                    "loss_scale_after": float(state.loss_scale.scale.numpy()),
+                    "weights_changed": bool(np.any(flat_weights(state) != before))})
+    (out / f"overflow{rank}.json").write_text(json.dumps(log))
+    np.save(out / f"overflow{rank}.npy", flat_weights(state))
     print(f"rank {rank} done", flush=True)
+
+    # 3. Rank 1 hangs; rank 0's watchdog must end it (exit 3) while it waits in a collective.
+    if rank == 1:
+        time.sleep(HANG_SECONDS)
+    else:
+        distributed.start_watchdog(WATCHDOG_SECONDS)
+        distributed.barrier()
+    print(f"rank {rank} was not stopped", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""format_text: raw books and dumps -> one sentence per line, blank line between documents."""
+
+import subprocess
+import sys
+
+import pytest
+
+from bert_tf.format_text import FormatTextError, format_files, join_lines, split_sentences
+
+
+def read_documents(directory):
+    documents = []
+    for path in sorted(directory.glob("part-*.txt")):
+        text = path.read_text(encoding="utf-8")
+        assert text == "" or text.endswith("\n\n"), path
+        documents += [block.split("\n") for block in text.split("\n\n") if block]
+    return documents
+
+
+def test_gutenberg_books_to_chapters(shared_data, tmp_path):
+    books = [shared_data / "corpora/gutenberg/carroll-alice.txt",
+             shared_data / "corpora/gutenberg/austen-persuasion.txt"]
+    stats = format_files(books, tmp_path, num_shards=3, max_document_chars=30000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"part-{i:05d}-of-00003.txt" for i in range(3)]
+    documents = read_documents(tmp_path)
+    assert len(documents) == stats["documents"]
+    assert sum(map(len, documents)) == stats["sentences"]
+    # Alice has 12 chapters and Persuasion 24; chapter breaks are runs of blank lines.
+    chapter_starts = [d for d in documents if any(s.lower().startswith("chapter") for s in d[:2])]
+    assert len(chapter_starts) == 12 + 24
+    # Long chapters are cut at paragraph boundaries near max_document_chars.
+    assert len(documents) <= 60
+    assert all(sum(map(len, d)) <= 30000 for d in documents)
+    sentences = [s for d in documents for s in d]
+    assert all(s == s.strip() and s for s in sentences)
+    assert "Alice was beginning to get very tired of sitting by her sister on the bank, and of " \
+           "having nothing to do: once or twice she had peeped into the book her sister was " \
+           "reading, but it had no pictures or conversations in it, 'and what is the use of a " \
+           "book,' thought Alice 'without pictures or conversation?'" in sentences
+
+
+def test_japanese_and_korean(shared_data, tmp_path):
+    format_files([shared_data / "corpora/ja/debian-reference.ja.txt",
+                  shared_data / "corpora/ko/installation-guide.ko.txt"], tmp_path)
+    sentences = [s for d in read_documents(tmp_path) for s in d]
+    # Hard-wrapped Japanese joins without a space; 。 ends a sentence.
+    assert any(s.startswith("本書は非開発者を対象にシェルコマンド例を通してシステム管理の多くの"
+                            "局面を説明します。") for s in sentences)
+    assert not any("シ ステム" in s for s in sentences)
+    assert sum(s.endswith("。") for s in sentences) > 1000
+    assert "간단히 설치 절차만 설명한 문서로, 설치할 때 필요한 정보 대부분이 들어 있습니다." in sentences
+    # blingfire leaves a closing bracket at the start of the next sentence; it is moved back.
+    assert split_sentences("次の文。「引用。」と言った。") == ["次の文。", "「引用。」", "と言った。"]
+    assert join_lines(["本書はシ", "ステム", "and", "this"]) == "本書はシステム and this"
+
+
+def test_lines_format_undecodable_bytes_and_errors(tmp_path, capsys):
+    dump = tmp_path / "dump.txt"
+    dump.write_bytes("First article. It has two sentences.\n\nSecond \xff article.\n".encode()
+                     .replace(b"\xc3\xbf", b"\xff\xfe"))
+    stats = format_files([dump], tmp_path / "out", input_format="lines")
+    assert stats["replaced_bytes"] == 2
+    assert "2 undecodable byte(s)" in capsys.readouterr().err
+    assert read_documents(tmp_path / "out") == [
+        ["First article.", "It has two sentences."], ["Second \ufffd\ufffd article."]]
+    with pytest.raises(FormatTextError, match="--num_shards=0"):
+        format_files([dump], tmp_path / "out", num_shards=0)
+    with pytest.raises(FormatTextError, match="dump.txt/sub"):
+        format_files([dump], dump / "sub")
+    result = subprocess.run([sys.executable, "-m", "bert_tf.format_text", "--input_files",
+                             str(tmp_path / "nothing*.txt"), "--output_dir", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "nothing matches" in result.stderr and "nothing*.txt" in result.stderr
