@@ -156,7 +156,7 @@ def machine_info():
     return {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -96,7 +96,7 @@ NOMINAL = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "L4": 121e12, "A10": 
 
 
 def record(name):
-    lines = [l for l in (log / name).read_text().splitlines() if l.startswith(MARK)]
+    lines = [s for s in (log / name).read_text().splitlines() if s.startswith(MARK)]
     return json.loads(lines[-1][len(MARK):]) if lines else None
 
 
@@ -107,8 +107,14 @@ try:
 except (OSError, IndexError):
     gpu = "no GPU (CPU fallback)"
 nominal = next((v for k, v in NOMINAL.items() if k in gpu), None)
-print(f"\n{gpu}: measured matmul peak " + ", ".join(
-    f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in peaks.items()))
+
+
+def rate(flops_per_s):
+    return f"{flops_per_s / 1e12:.1f} TFLOP/s" if flops_per_s > 1e12 else (
+        f"{flops_per_s / 1e9:.1f} GFLOP/s")
+
+
+print(f"\n{gpu}: measured matmul peak " + ", ".join(f"{k} {rate(v)}" for k, v in peaks.items()))
 for precision in precisions:
     r = (log / precision).exists() and record(precision)
     if not r or "sequences_per_s" not in r:
@@ -118,7 +124,7 @@ for precision in precisions:
     dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
     line = (f"{precision}+XLA BERT-{r['shape']} batch {r['batch_size']}: "
             f"{r['sequences_per_s']:.1f} sequences/s ({r['sequences_per_s'] / reference:.2f}x "
-            f"NVIDIA's {reference} per A100-80GB), {achieved / 1e12:.1f} TFLOP/s, "
+            f"NVIDIA's {reference} per A100-80GB), {rate(achieved)}, "
             f"MFU {achieved / peaks.get(dtype, peaks[next(iter(peaks))]):.1%} of measured peak")
     if nominal:
         line += f", {achieved / nominal:.1%} of nominal {nominal / 1e12:.0f} TFLOP/s"

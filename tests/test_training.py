@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 from conftest import PYTHON, REPO, run_command
 
-from bert_tf import checkpoints, input_pipeline, training
+from bert_tf import checkpoints, distributed, input_pipeline, training
 from bert_tf.config import BertConfig
 from bert_tf.flags import PretrainingConfig, PretrainingConfigError
 
@@ -94,6 +94,7 @@ def two_rank_worker(data, tmp_path_factory):
 def test_two_ranks_and_accumulation_equal_one_double_batch(data, two_rank_worker):
     import training_worker as worker
 
+    distributed.init()  # one rank, in this process
     batches = worker.full_batches(str(data.train))
     whole = worker.build_state(str(data.config), str(data.train),
                                train_batch_size=2 * worker.HALF_BATCH)

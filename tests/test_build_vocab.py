@@ -1,0 +1,40 @@
+"""build_vocab: a WordPiece vocab for a new language (Japanese) and Google's special layout."""
+
+import pytest
+
+from bert_tf.build_vocab import BuildVocabError, build_vocab, main, write_vocab
+from bert_tf.format_text import format_files
+from bert_tf.tokenization import FullTokenizer
+
+
+def test_japanese_vocab(shared_data, tmp_path):
+    format_files([shared_data / "corpora/ja/debian-reference.ja.txt"], tmp_path / "ja",
+                 num_shards=2)
+    train, held_out = sorted((tmp_path / "ja").glob("part-*.txt"))
+    vocab = build_vocab([train], vocab_size=3000, do_lower_case=False, max_unique_chars=3000)
+    assert len(vocab) == 3000 and len(set(vocab)) == 3000
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert any(len(t) > 2 and all("\u30a0" <= c <= "\u30ff" for c in t) for t in vocab)  # katakana
+    write_vocab(vocab, tmp_path / "vocab.txt")
+    tokenizer = FullTokenizer(tmp_path / "vocab.txt", do_lower_case=False)
+    lines = [line for line in held_out.read_text(encoding="utf-8").split("\n") if line]
+    ids, row_splits = tokenizer.tokenize_ids_batch(lines)
+    unknown = (ids == tokenizer.unk_id).mean()
+    assert unknown < 0.005, unknown
+    # Pieces, not characters: fewer tokens than non-space characters.
+    assert len(ids) < 0.8 * sum(len(line.replace(" ", "")) for line in lines)
+    assert tokenizer.tokenize("パッケージをインストールします。")[-1] == "。"
+
+
+def test_google_layout_uncased_and_errors(shared_data, tmp_path, capsys):
+    book = shared_data / "corpora/gutenberg/carroll-alice.txt"
+    vocab = build_vocab([book], vocab_size=2000, do_lower_case=True, num_unused_tokens=994)
+    assert vocab[0] == "[PAD]" and vocab[1] == "[unused0]" and vocab[99] == "[unused98]"
+    assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert vocab[104] == "[unused99]" and vocab[998] == "[unused993]"
+    assert "the" in vocab and "The" not in vocab
+    with pytest.raises(BuildVocabError, match="--vocab_size=50"):
+        build_vocab([book], vocab_size=50, num_unused_tokens=40)
+    assert main(["--input_files", str(tmp_path / "none*.txt"),
+                 "--vocab_file", str(tmp_path / "v.txt")]) == 2
+    assert "--input_files: nothing matches" in capsys.readouterr().err

@@ -1,0 +1,141 @@
+"""input_pipeline: fixed-shape batches, rank sharding, determinism, shape errors, and dynamic
+masking statistics, over records written by create_pretraining_data."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_tf import input_pipeline as ip
+from bert_tf import pretraining_data as pdata
+from bert_tf.tokenization import FullTokenizer
+
+SEQ, PRED, BATCH = 64, 10, 8
+
+
+def write_records(path, first_id, count, seq_length=SEQ, predictions=PRED):
+    """Records whose input_ids[1] numbers them, so tests can tell them apart."""
+    input_ids = np.zeros([count, seq_length], np.int64)
+    input_ids[:, 0], input_ids[:, 1], input_ids[:, 2] = 101, np.arange(first_id, first_id + count), 102
+    zeros = np.zeros([count, predictions], np.int64)
+    records = pdata.serialize_examples({
+        "input_ids": input_ids, "input_mask": (input_ids > 0).astype(np.int64),
+        "segment_ids": np.zeros_like(input_ids), "masked_lm_positions": zeros,
+        "masked_lm_ids": zeros, "masked_lm_weights": zeros.astype(np.float32),
+        "next_sentence_labels": np.ones([count, 1], np.int64)})
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+
+
+def record_numbers(dataset, num_batches):
+    return [int(i) for batch in dataset.take(num_batches) for i in batch["input_ids"][:, 1]]
+
+
+@pytest.fixture(scope="module")
+def four_files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("records")
+    for k in range(4):
+        write_records(directory / f"part-{k}.tfrecord", 1000 * (k + 1), 40)
+    return directory
+
+
+def test_shapes_types_and_eval_order(four_files):
+    dataset = ip.pretraining_dataset(str(four_files / "part-*.tfrecord"), BATCH, SEQ, PRED,
+                                     is_training=False)
+    batches = list(dataset)
+    assert len(batches) == 4 * 40 // BATCH
+    batch = batches[0]
+    for name, shape, dtype in [("input_ids", [BATCH, SEQ], tf.int32),
+                               ("input_mask", [BATCH, SEQ], tf.int32),
+                               ("segment_ids", [BATCH, SEQ], tf.int32),
+                               ("masked_lm_positions", [BATCH, PRED], tf.int32),
+                               ("masked_lm_ids", [BATCH, PRED], tf.int32),
+                               ("masked_lm_weights", [BATCH, PRED], tf.float32),
+                               ("next_sentence_labels", [BATCH], tf.int32)]:
+        assert batch[name].shape == shape and batch[name].dtype == dtype, name
+    numbers = [int(i) for b in batches for i in b["input_ids"][:, 1]]
+    assert numbers == [1000 * (k + 1) + i for k in range(4) for i in range(40)]
+
+
+def test_training_shards_by_file_and_by_record_and_is_deterministic(four_files):
+    pattern = str(four_files / "part-*.tfrecord")
+    by_file = [set(record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, rank=r,
+                                                         num_ranks=2), 40)) for r in range(2)]
+    assert not by_file[0] & by_file[1]
+    assert {n // 1000 for n in by_file[0]} == {1, 3} and {n // 1000 for n in by_file[1]} == {2, 4}
+    one_file = str(four_files / "part-0.tfrecord")
+    by_record = [set(record_numbers(ip.pretraining_dataset(one_file, BATCH, SEQ, PRED, rank=r,
+                                                           num_ranks=2), 10)) for r in range(2)]
+    assert not by_record[0] & by_record[1] and by_record[0] | by_record[1] == set(
+        range(1000, 1040))
+    first = record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=3), 30)
+    assert first == record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=3), 30)
+    assert first != record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=4), 30)
+    assert first[:40] != sorted(first[:40])  # shuffled
+    # Resume: skip(n) continues the same sequence.
+    resumed = ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=3).skip(10)
+    assert record_numbers(resumed, 20) == first[10 * BATCH:]
+
+
+def test_shape_mismatch_and_missing_files(four_files, tmp_path):
+    write_records(tmp_path / "long.tfrecord", 0, 4, seq_length=128)
+    with pytest.raises(ip.InputDataError, match=r"long\.tfrecord: feature 'input_ids' has length "
+                                                r"128, expected 64"):
+        ip.pretraining_dataset(str(tmp_path / "long.tfrecord"), BATCH, SEQ, PRED)
+    with pytest.raises(ip.InputDataError, match="'masked_lm_positions' has length 10, expected 20"):
+        ip.check_record_shapes([str(four_files / "part-0.tfrecord")], SEQ, 20)
+    with pytest.raises(ip.InputDataError, match="no input files match .*nothing-"):
+        ip.expand_patterns(str(tmp_path / "nothing-*.tfrecord"))
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    with pytest.raises(ip.InputDataError, match="are empty"):
+        ip.check_record_shapes([str(tmp_path / "empty.tfrecord")], SEQ, PRED)
+
+
+def test_dynamic_masking_statistics(shared_data, tmp_path):
+    vocab_file = str(shared_data / "vocab/bert-base-uncased.txt")
+    tokenizer = FullTokenizer(vocab_file)
+    pdata.create_pretraining_data(
+        str(shared_data / "corpora/gutenberg/carroll-alice.txt"), str(tmp_path / "u.tfrecord"),
+        vocab_file, progress=False, config=pdata.InstanceConfig(
+            max_seq_length=SEQ, max_predictions_per_seq=PRED, dupe_factor=1,
+            dynamic_masking=True))
+    unmasked = ip.pretraining_dataset(str(tmp_path / "u.tfrecord"), 64, SEQ, PRED,
+                                      is_training=False)
+    assert all((b["masked_lm_weights"].numpy() == 0).all() for b in unmasked.take(3))
+    masking = ip.DynamicMasking.from_tokenizer(tokenizer)
+    dataset = ip.pretraining_dataset(str(tmp_path / "u.tfrecord"), 64, SEQ, PRED,
+                                     dynamic_masking=masking, seed=5)
+    original = {int(i): row for b in unmasked for i, row in
+                zip(np.arange(len(b["input_ids"])), b["input_ids"].numpy(), strict=True)}
+    del original
+    kinds = np.zeros(3)
+    masked_total = tokens_total = 0
+    for batch in dataset.take(20):
+        ids = batch["input_ids"].numpy()
+        positions, labels = batch["masked_lm_positions"].numpy(), batch["masked_lm_ids"].numpy()
+        valid = batch["masked_lm_weights"].numpy() == 1.0
+        lengths = batch["input_mask"].numpy().sum(1)
+        np.testing.assert_array_equal(valid.sum(1),
+                                      np.minimum(PRED, np.maximum(1, np.round(lengths * 0.15))))
+        assert not np.isin(labels[valid], [tokenizer.cls_id, tokenizer.sep_id, 0]).any()
+        assert (positions[~valid] == 0).all()
+        at = ids[np.arange(len(ids))[:, None], positions][valid]
+        kinds += [(at == tokenizer.mask_id).sum(),
+                  ((at == labels[valid]) & (at != tokenizer.mask_id)).sum(),
+                  ((at != labels[valid]) & (at != tokenizer.mask_id)).sum()]
+        masked_total += valid.sum()
+        tokens_total += lengths.sum()
+    assert kinds / kinds.sum() == pytest.approx([0.8, 0.1, 0.1], abs=0.025)
+    assert masked_total / tokens_total == pytest.approx(0.15, abs=0.01)
+    # Deterministic per seed; a new mask for the same record each epoch.
+    again = ip.pretraining_dataset(str(tmp_path / "u.tfrecord"), 64, SEQ, PRED,
+                                   dynamic_masking=masking, seed=5)
+    for a, b in zip(dataset.take(3), again.take(3), strict=True):
+        np.testing.assert_array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
+    eval_twice = ip.pretraining_dataset(str(tmp_path / "u.tfrecord"), 64, SEQ, PRED,
+                                        is_training=False, dynamic_masking=masking).repeat(2)
+    batches = list(eval_twice)
+    half = len(batches) // 2
+    np.testing.assert_array_equal(batches[0]["segment_ids"], batches[half]["segment_ids"])
+    assert not np.array_equal(batches[0]["masked_lm_positions"],
+                              batches[half]["masked_lm_positions"])
