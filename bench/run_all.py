@@ -17,6 +17,9 @@ import common  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 PARTS = {"compare_train": BENCH / "compare_train.py", "create_data": BENCH / "create_data.py"}
+# What --quick passes to each part for a smoke run.
+QUICK_ARGS = {"compare_train": ["--quick"],
+              "create_data": ["--dupe_factor", "1", "--reference_lines", "500"]}
 
 
 def main():
@@ -42,7 +45,7 @@ def main():
             continue
         for stale in common.RESULTS_DIR.glob(f"{name}.*"):  # never report an old run's figures
             stale.unlink()
-        cmd = [sys.executable, str(script), *(["--quick"] if args.quick else [])]
+        cmd = [sys.executable, str(script), *(QUICK_ARGS[name] if args.quick else [])]
         print(f"[run_all] {' '.join(cmd)}", file=sys.stderr, flush=True)
         if subprocess.run(cmd).returncode != 0:
             failed.append(name)

@@ -21,7 +21,7 @@ TARGET_STATISTICS = ("cls", "sep", "period", "comma", "punct", "next", "prev", "
                      "sep_to_sep", "other_to_sep")
 ENTROPY_STATISTICS = ("entropy", "cls_entropy")
 STATISTICS = TARGET_STATISTICS + ENTROPY_STATISTICS
-GRADIENT_TARGETS = ("sep", "punct", "other")
+GRADIENT_TARGETS = ("cls", "sep", "punct", "other")
 
 # Behaviours used to colour the MDS map: the key statistic a head must send at
 # least BEHAVIOUR_THRESHOLD of its attention to, in this order of precedence.
@@ -157,7 +157,8 @@ class HeadStatistics:
 
 class AttentionGradients:
     """Mean |d loss / d attention weight| per head, split by the key the weight
-    attends to: [SEP], "." or ",", or any other token (Clark et al., Figure 3)."""
+    attends to: [CLS], [SEP], "." or ",", or any other token (Clark et al.,
+    Figure 3, plus [CLS], which some models use as their no-op instead)."""
 
     def __init__(self, num_layers, num_heads):
         shape = (num_layers, num_heads)
@@ -169,9 +170,10 @@ class AttentionGradients:
         """gradient: [layers, heads, n, n] of one segment, tokens its n tokens."""
         tokens = np.asarray(tokens, dtype=object)
         n = len(tokens)
-        is_sep = tokens == SEP
+        is_cls, is_sep = tokens == CLS, tokens == SEP
         is_punct = (tokens == ".") | (tokens == ",")
-        columns = {"sep": is_sep, "punct": is_punct, "other": ~(is_sep | is_punct)}
+        columns = {"cls": is_cls, "sep": is_sep, "punct": is_punct,
+                   "other": ~(is_cls | is_sep | is_punct)}
         magnitude = np.abs(gradient)
         for target, selected in columns.items():
             self.sums[target] += magnitude[..., selected].sum((-1, -2))

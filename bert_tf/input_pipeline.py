@@ -70,7 +70,7 @@ def expand_patterns(input_patterns):
         files.extend(matches)
     if empty or not files:
         raise InputDataError(f"no input files match {', '.join(empty) or input_patterns!r}; "
-                             "check the --input_files pattern(s) (comma-separated globs)")
+                             "check the input file pattern(s) (comma-separated globs)")
     return sorted(set(files))
 
 

@@ -1,7 +1,7 @@
 """Masked-word predictions from a pretraining checkpoint.
 
-    python -m bert_tf.predict --bert_config_file=out/bert_config.json \
-        --init_checkpoint=out --vocab_file=vocab.txt --text="the [MASK] sat on the mat"
+    python -m bert_tf.predict --bert_config_file=out/bert_config.json --init_checkpoint=out
+        --vocab_file=vocab.txt --text="the [MASK] sat on the mat" [--text=...] [--top_k=5]
 
 Every `[MASK]` in a --text gets its --top_k most likely tokens with probabilities.
 """

@@ -161,6 +161,9 @@ def run(config: PretrainingConfig) -> dict:
     if config.precision == "amp":
         option = precision.enable_auto_mixed_precision(precision.has_gpu())
         _log(primary, f"--precision=amp: Grappler rewrite {option} on")
+        if config.use_xla:
+            _log(primary, "warning: --use_xla compiles forward/backward without the AMP "
+                 "rewrite (XLA bypasses Grappler): that part runs in float32")
     train_files = _checked_files(config.input_files, "input_files", config, bert_config) \
         if config.do_train else []
     eval_files = _checked_files(config.eval_files, "eval_files", config, bert_config) \

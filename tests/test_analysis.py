@@ -150,13 +150,15 @@ def test_head_behaviours():
 def test_attention_gradients_by_attended_token():
     gradient = np.empty((1, 1, N, N))
     tokens = np.array(TOKENS)
+    gradient[..., tokens == "[CLS]"] = 0.5
     gradient[..., tokens == "[SEP]"] = -1.0
     gradient[..., (tokens == ".") | (tokens == ",")] = 2.0
-    gradient[..., ~np.isin(tokens, ["[SEP]", ".", ","])] = 3.0
+    gradient[..., ~np.isin(tokens, ["[CLS]", "[SEP]", ".", ","])] = 3.0
     accumulator = analysis.AttentionGradients(1, 1)
     accumulator.add(gradient, TOKENS)
     accumulator.add(gradient * 3, TOKENS)
     means = accumulator.means()
+    assert means["cls"][0, 0] == pytest.approx(1.0)
     assert means["sep"][0, 0] == pytest.approx(2.0)  # |-1| and |-3|
     assert means["punct"][0, 0] == pytest.approx(4.0)
     assert means["other"][0, 0] == pytest.approx(6.0)

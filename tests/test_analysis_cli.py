@@ -81,7 +81,7 @@ def test_cli_writes_well_formed_report(tiny_model, shared_data, tmp_path):
     assert len(js) == LAYERS * HEADS and all(js[i][i] == 0 for i in range(len(js)))
     assert len(report["mds"]) == LAYERS * HEADS
     gradient = report["mlm_gradient"]
-    assert set(gradient) == {"sep", "punct", "other"}
+    assert set(gradient) == {"cls", "sep", "punct", "other"}
     assert all(v > 0 for table in gradient.values() for row in table for v in row)
     relations = {row["relation"]: row for row in report["dependency"]["relations"]}
     assert relations["nsubj"]["count"] == 2 and relations["all"]["count"] == 5

@@ -159,17 +159,18 @@ def test_whole_word_masking(corpus, vocab_file, tokenizer, tmp_path):
 def test_deterministic_across_workers_and_mpi_ranks(small_corpus, vocab_file, tmp_path):
     inputs = ",".join(map(str, small_corpus))
     config = pdata.InstanceConfig(dupe_factor=1)
-    pdata.create_pretraining_data(inputs, str(tmp_path / "one-{shard}.tfrecord"), vocab_file,
-                                  config=config, progress=False)
-    args = [PYTHON, REPO / "create_pretraining_data.py", f"--input_file={inputs}",
-            f"--vocab_file={vocab_file}", "--dupe_factor=1", "--noprogress"]
-    run_command([*args, f"--output_file={tmp_path}/workers-{{shard}}.tfrecord", "--num_workers=2"])
-    run_command(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", *args,
+    for workers in (1, 2):
+        pdata.create_pretraining_data(inputs, str(tmp_path / f"w{workers}-{{shard}}.tfrecord"),
+                                      vocab_file, config=config, num_workers=workers,
+                                      progress=False)
+    run_command(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", PYTHON,
+                 REPO / "create_pretraining_data.py", f"--input_file={inputs}",
+                 f"--vocab_file={vocab_file}", "--dupe_factor=1", "--noprogress",
                  f"--output_file={tmp_path}/mpi-{{shard}}.tfrecord"])
     for i in range(3):
-        expected = (tmp_path / f"one-{i}.tfrecord").read_bytes()
+        expected = (tmp_path / f"w1-{i}.tfrecord").read_bytes()
         assert len(expected) > 10000
-        assert (tmp_path / f"workers-{i}.tfrecord").read_bytes() == expected
+        assert (tmp_path / f"w2-{i}.tfrecord").read_bytes() == expected
         assert (tmp_path / f"mpi-{i}.tfrecord").read_bytes() == expected
     assert not list(tmp_path.glob("*.tmp"))
 

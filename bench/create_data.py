@@ -1,0 +1,147 @@
+"""create_pretraining_data throughput: ours at 1 and 2 workers on the formatted Gutenberg corpus,
+and TF Model Garden's official/nlp/data/create_pretraining_data.py (Google's algorithm, pure
+Python) on a subset of the same formatted input, run in its own venv.
+
+Prints instances/s, input MB/s, CPU seconds and peak RSS per run, and the per-process ratio
+(ours at 1 worker on the same subset vs the reference). Wall figures are noisy on a shared box;
+instances per CPU-second are steadier.
+
+    python bench/create_data.py [--reference_python PATH] [--reference_lines 20000]
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import markdown_table, print_json, write_results  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = Path("/root/.cache/bert_tf/bench-venvs/modelgarden/bin/python")
+REFERENCE_SETUP = (f"flock {DEFAULT_REFERENCE.parents[2]}/.modelgarden.lock sh -c 'python3.11 -m "
+                   f"venv {DEFAULT_REFERENCE.parents[1]} && {DEFAULT_REFERENCE.parent}/pip "
+                   "install tf-models-official==2.20.0'")
+
+
+def run_measured(cmd, env=None):
+    """Runs cmd; returns (wall seconds, CPU seconds, peak RSS MiB of the largest process, stdout)."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT,
+                                env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        output = out.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {' '.join(map(str, cmd))} failed:\n{output[-3000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, output
+
+
+def count_records(paths):
+    import tensorflow as tf
+
+    return sum(1 for p in paths for _ in tf.data.TFRecordDataset(str(p)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=str(REPO.parent / "shared/data/corpora/gutenberg"),
+                        help="directory of raw .txt books")
+    parser.add_argument("--vocab_file",
+                        default=str(REPO.parent / "shared/data/vocab/bert-base-uncased.txt"))
+    parser.add_argument("--num_shards", type=int, default=8)
+    parser.add_argument("--dupe_factor", type=int, default=10)
+    parser.add_argument("--reference_python", default=str(DEFAULT_REFERENCE),
+                        help=f"python of a venv with tf-models-official; make it with: "
+                             f"{REFERENCE_SETUP}")
+    parser.add_argument("--reference_lines", type=int, default=4000,
+                        help="lines of the formatted corpus given to both for the per-process "
+                             "comparison (the reference is slow)")
+    args = parser.parse_args()
+    if not Path(args.reference_python).exists():
+        raise SystemExit(f"error: no Model Garden venv at {args.reference_python}; create it "
+                         f"with: {REFERENCE_SETUP}")
+    from bert_tf.format_text import expand_inputs, format_files
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    rows, results = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        format_files(expand_inputs([f"{args.corpus}/*.txt"]), tmp / "text", args.num_shards)
+        shards = sorted((tmp / "text").glob("part-*.txt"))
+        corpus_mb = sum(p.stat().st_size for p in shards) / 1e6
+        lines = shards[0].read_text(encoding="utf-8").split("\n")[:args.reference_lines]
+        subset = tmp / "subset.txt"
+        subset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        subset_mb = subset.stat().st_size / 1e6
+        common_flags = [f"--vocab_file={args.vocab_file}", "--do_lower_case=true",
+                        f"--dupe_factor={args.dupe_factor}", "--max_seq_length=128",
+                        "--max_predictions_per_seq=20"]
+
+        def ours(name, inputs, mb, workers):
+            out = tmp / name
+            out.mkdir()
+            wall, cpu, rss, output = run_measured(
+                [sys.executable, REPO / "create_pretraining_data.py",
+                 f"--input_file={','.join(map(str, inputs))}",
+                 f"--output_file={out}/part-{{shard}}.tfrecord", f"--num_workers={workers}",
+                 "--noprogress", *common_flags], env)
+            instances = int(re.search(r"instances: (\d+)", output).group(1))
+            return dict(run=name, implementation="bert_tf", workers=workers, input_mb=mb,
+                        instances=instances, wall_s=wall, cpu_s=cpu, peak_rss_mib=rss)
+
+        def reference():
+            out = tmp / "reference.tfrecord"
+            wall, cpu, rss, _ = run_measured(
+                [args.reference_python, "-m", "official.nlp.data.create_pretraining_data",
+                 f"--input_file={subset}", f"--output_file={out}", *common_flags], env)
+            return dict(run="reference_subset", implementation="Model Garden 2.20.0", workers=1,
+                        input_mb=subset_mb, instances=count_records([out]), wall_s=wall,
+                        cpu_s=cpu, peak_rss_mib=rss)
+
+        results.append(reference())
+        results.append(ours("ours_subset", [subset], subset_mb, 1))
+        results.append(ours("ours_full_1w", shards, corpus_mb, 1))
+        results.append(ours("ours_full_2w", shards, corpus_mb, 2))
+    for r in results:
+        r["instances_per_s"] = r["instances"] / r["wall_s"]
+        r["instances_per_cpu_s"] = r["instances"] / r["cpu_s"]
+        r["input_mb_per_s"] = r["input_mb"] / r["wall_s"]
+        rows.append([r["run"], r["implementation"], r["workers"], r["input_mb"], r["instances"],
+                     r["wall_s"], r["instances_per_s"], r["instances_per_cpu_s"],
+                     r["input_mb_per_s"], r["peak_rss_mib"]])
+        print_json(r)
+    by_run = {r["run"]: r for r in results}
+    ratios = {
+        "per_process_vs_reference_wall": by_run["ours_subset"]["instances_per_s"]
+        / by_run["reference_subset"]["instances_per_s"],
+        "per_process_vs_reference_cpu": by_run["ours_subset"]["instances_per_cpu_s"]
+        / by_run["reference_subset"]["instances_per_cpu_s"],
+        "two_workers_vs_one": by_run["ours_full_2w"]["instances_per_s"]
+        / by_run["ours_full_1w"]["instances_per_s"],
+    }
+    table = markdown_table(
+        ["run", "implementation", "workers", "input MB", "instances", "wall s", "instances/s",
+         "instances/CPU-s", "input MB/s", "peak RSS MiB"], rows)
+    summary = "\n".join(f"{k}: {v:.2f}x" for k, v in ratios.items())
+    note = (f"dupe_factor={args.dupe_factor}, max_seq_length=128; reference and ours_subset use "
+            f"the first {args.reference_lines} lines of the formatted corpus ({subset_mb:.2f} MB); "
+            "wall times include interpreter and TensorFlow start-up; peak RSS is the largest "
+            "single process.")
+    print(f"{table}\n\n{summary}\n\n{note}")
+    write_results("create_data", {"results": results, "ratios": ratios, "note": note},
+                  f"# create_pretraining_data throughput\n\n{table}\n\n{summary}\n\n{note}")
+
+
+if __name__ == "__main__":
+    main()
