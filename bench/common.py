@@ -130,9 +130,10 @@ def configure_tf_threads(num_threads):
 
 
 def measure_matmul_peak(dtype_name, size=4096, repeats=3, steps_per_repeat=1):
-    """Measured matmul FLOP/s of TensorFlow on this machine for one dtype:
-    the median over `repeats` of a size x size x size matmul, after a warm-up
-    (use several steps_per_repeat on a GPU, where one matmul takes milliseconds)."""
+    """Measured matmul FLOP/s of TensorFlow on this machine for one dtype: the
+    fastest of `repeats` size x size x size matmuls after a warm-up (a peak is
+    the best the machine does; use several steps_per_repeat on a GPU, where one
+    matmul takes milliseconds)."""
     import tensorflow as tf
 
     dtype = tf.as_dtype(dtype_name)
@@ -141,7 +142,7 @@ def measure_matmul_peak(dtype_name, size=4096, repeats=3, steps_per_repeat=1):
     matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[0, :8], tf.float32)))
     timing = time_step(lambda: matmul(a, b).numpy(), warmup=1, repeats=repeats,
                        steps_per_repeat=steps_per_repeat)
-    return 2 * size**3 / timing["step_s"]
+    return 2 * size**3 / timing["step_s_min"]
 
 
 def machine_info():

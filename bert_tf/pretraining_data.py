@@ -478,6 +478,14 @@ def _mpi_comm():
     return MPI.COMM_WORLD
 
 
+def _single_threaded_tensorflow():
+    """Worker processes already fill the cores; TF's own thread pools would oversubscribe them."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
 def _run_shard(job):
     return process_shard(*job)
 
@@ -557,7 +565,8 @@ def _run_jobs(jobs, num_workers, progress, input_files):
             import multiprocessing
 
             # spawn: a forked TensorFlow runtime is not safe to use.
-            pool = multiprocessing.get_context("spawn").Pool(min(num_workers, len(jobs)))
+            pool = multiprocessing.get_context("spawn").Pool(
+                min(num_workers, len(jobs)), initializer=_single_threaded_tensorflow)
             results = pool.imap_unordered(_run_shard, jobs)
         try:
             for stats in results:
