@@ -38,9 +38,11 @@ if [[ "$MODE" == gpu ]]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   SHAPE=large BATCH="${BATCH:-312}" PRECISIONS="${PRECISIONS:-fp16 bf16}"
   WARMUP=3 REPEATS=5 STEPS="${STEPS:-4}" PEAK_DTYPES=float16,bfloat16 PEAK_SIZE=8192
+  RUN_TIMEOUT=200  # per precision: two of them plus set-up stay under 8 minutes
 else
   SHAPE=tiny BATCH="${BATCH:-2}" PRECISIONS="${PRECISIONS:-bf16}"
   WARMUP=1 REPEATS=1 STEPS="${STEPS:-1}" PEAK_DTYPES=float32,bfloat16 PEAK_SIZE=256
+  RUN_TIMEOUT=900  # a busy shared CPU can take minutes just to start TensorFlow
 fi
 
 PYTHON="${PYTHON:-}"
@@ -77,7 +79,7 @@ read -r -a PRECISION_LIST <<< "$PRECISIONS"
 for precision in "${PRECISION_LIST[@]}"; do
   echo "gpu_check: BERT-$SHAPE seq 128, batch $BATCH, $precision + XLA ..."
   # A failed precision (say OOM) is reported and the next one still runs.
-  timeout 200 "${COMPARE[@]}" --child ours --shape "$SHAPE" --batch_size "$BATCH" \
+  timeout "$RUN_TIMEOUT" "${COMPARE[@]}" --child ours --shape "$SHAPE" --batch_size "$BATCH" \
     --precision "$precision" --xla --optimizer lamb --threads "$THREADS" --warmup "$WARMUP" \
     --repeats "$REPEATS" --steps_per_repeat "$STEPS" > "$LOG/$precision" 2> "$LOG/$precision.err" \
     || { echo "gpu_check: $precision failed (exit $?):" >&2; tail -15 "$LOG/$precision.err" >&2; }

@@ -1,7 +1,7 @@
 """Preflight check of the machine and, optionally, of a training configuration.
 
     python -m bert_tf.doctor
-    python -m bert_tf.doctor --flagfile=launch/recipes/bert_large_phase2.flags --num_gpus=8
+    python -m bert_tf.doctor --flagfile=launch/recipes/bert_large_phase2.flags --gpu_memory_gb=40
 
 Prints one line each for Python, TensorFlow, tensorflow-text, the GPUs
 TensorFlow sees and Horovod's build, then one line per known trap:
@@ -206,6 +206,8 @@ def check_horovod_build(version: str | None, build: dict, error: str | None,
     if version is None:
         return Check(FAIL, name, "Horovod is not installed",
                      "run `make venv` (builds Horovod with TensorFlow, Gloo and MPI)")
+    if error and ("GLIBCXX" in error or "CXXABI" in error):
+        return check_import("horovod.tensorflow", error)
     if not build.get("TensorFlow"):
         detail = f" ({error.splitlines()[0][:200]})" if error else ""
         return Check(FAIL, name, f"Horovod {version} was built without TensorFlow support"

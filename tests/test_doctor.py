@@ -125,6 +125,13 @@ def test_glibcxx_import_error_explains_libstdcxx():
     assert "LD_LIBRARY_PATH=$CONDA_PREFIX/lib" in line
 
 
+def test_glibcxx_error_in_horovod_is_not_reported_as_a_missing_build():
+    error = ("ImportError: /usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' "
+             "not found (required by horovod/tensorflow/mpi_lib.cpython-311-x86_64-linux-gnu.so)")
+    line = doctor.check_horovod_build("0.28.1", {"TensorFlow": False}, error, 0).line()
+    assert line.startswith("FAIL import horovod.tensorflow: the C++ runtime loaded is older")
+
+
 def test_other_import_error_says_how_to_install():
     line = doctor.check_import("tensorflow_text", "ModuleNotFoundError: No module named "
                                "'tensorflow_text'").line()
