@@ -1,4 +1,4 @@
-"""The one Horovod wrapper (with training.py, the only modules that import it).
+"""The one Horovod wrapper: the only module that imports Horovod.
 
 Works with horovodrun, mpirun, or no launcher at all (one process, size 1).
 A dead peer must not leave the others hanging in a collective: `start_watchdog`
@@ -29,6 +29,12 @@ def init() -> None:
     for name, value in _STALL_ENV.items():
         os.environ.setdefault(name, value)
     hvd.init()
+
+
+def build_info() -> dict:
+    """What this Horovod was built with (the doctor reports it)."""
+    return {"TensorFlow": True, "Gloo": bool(hvd.gloo_built()), "MPI": bool(hvd.mpi_built()),
+            "NCCL": bool(hvd.nccl_built())}
 
 
 def pin_gpu_to_local_rank() -> None:

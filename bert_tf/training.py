@@ -251,14 +251,14 @@ def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_
                 "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy",
                 "learning_rate", "loss_scale", "grad_norm")},
                 "sequences_per_second": interval_updates * sequences_per_update / elapsed,
-                "step_time": elapsed / interval_updates}
+                "step_time": elapsed / interval_updates, "num_ranks": num_ranks}
             interval_start, interval_updates = time.perf_counter(), 0
             if primary:
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
                 with writer.as_default(step=step):
                     for key, value in record.items():
-                        if key != "step":
+                        if key not in ("step", "num_ranks"):
                             tf.summary.write(key, float(value), metadata=SCALAR_SUMMARY)
                 print(" ".join(f"{key}={_short(value)}" for key, value in record.items()),
                       flush=True)

@@ -226,3 +226,17 @@ def test_memory_fits_or_warns_with_formula():
                                        max_predictions_per_seq=80), gpu_memory_gb=32).line()
     assert big.startswith("WARN memory per GPU: estimate 64.6 GiB")
     assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 24" in big
+
+
+def test_half_precision_on_cpu_without_native_support_warns(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    flags = doctor.cpu_flags(str(cpuinfo))
+    assert "avx2" in flags and "avx512_bf16" not in flags
+    line = doctor.check_cpu_half_precision("bf16", 0, flags).line()
+    assert line.startswith("WARN half precision on CPU: --precision=bf16 on a CPU without "
+                           "amx_bf16 or avx512_bf16")
+    assert "use --precision=fp32" in line
+    assert doctor.check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}).status == doctor.OK
+    assert doctor.check_cpu_half_precision("bf16", 8, flags).status == doctor.OK
+    assert doctor.check_cpu_half_precision("fp32", 0, flags).status == doctor.OK
