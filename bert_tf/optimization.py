@@ -7,6 +7,10 @@ them (`<var>/adam_m`, `<var>/adam_v`):
 - `adamw`: Google BERT's AdamWeightDecayOptimizer (no bias correction).
 - `lamb`: LAMB as in NVIDIA's BERT recipes (bias-corrected Adam direction plus
   weight decay, scaled per variable by the trust ratio ||w|| / ||update||).
+  LayerNorm and bias variables get no trust ratio (apex FusedLAMB skips it for
+  parameters without weight decay, TF-Addons LAMB excludes them by default): a
+  zero-initialised bias would otherwise only ever move by lr * ||bias|| per
+  step, so the masked-LM output bias could never learn the token frequencies.
 
 Schedule (`learning_rate_at`): linear warmup to the peak, then polynomial decay
 to 0 at `num_train_steps`, computed from step 0 exactly as Google's
@@ -65,11 +69,10 @@ class AdamWeightDecay(tf.Module):
         self.params = list(variables_by_name.values())
         self.weight_decay_rate = weight_decay_rate
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
-        self.decays = [
-            bool(weight_decay_rate)
-            and not any(re.search(pattern, n) for pattern in exclude_from_weight_decay)
-            for n in self.names
-        ]
+        excluded = [any(re.search(pattern, n) for pattern in exclude_from_weight_decay)
+                    for n in self.names]
+        self.decays = [bool(weight_decay_rate) and not e for e in excluded]
+        self.adapts = [self.use_trust_ratio and not e for e in excluded]
         named = list(variables_by_name.items())
         self.m = [_zeros_slot(p, f"{n}/adam_m") for n, p in named]
         self.v = [_zeros_slot(p, f"{n}/adam_v") for n, p in named]
@@ -85,8 +88,8 @@ class AdamWeightDecay(tf.Module):
         """One update with `grads` (aligned with the variables), where `step`
         updates have been applied before (used for bias correction)."""
         t = tf.cast(step, tf.float32) + 1.0
-        slots = zip(self.params, self.m, self.v, grads, self.decays, strict=True)
-        for param, m, v, grad, decays in slots:
+        slots = zip(self.params, self.m, self.v, grads, self.decays, self.adapts, strict=True)
+        for param, m, v, grad, decays, adapts in slots:
             next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
             next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
             if self.bias_correction:
@@ -97,7 +100,7 @@ class AdamWeightDecay(tf.Module):
             update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
             if decays:
                 update += self.weight_decay_rate * param
-            if self.use_trust_ratio:
+            if adapts:
                 w_norm = tf.norm(param)
                 u_norm = tf.norm(update)
                 ratio = tf.where((w_norm > 0.0) & (u_norm > 0.0), w_norm / u_norm, 1.0)

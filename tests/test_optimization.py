@@ -37,17 +37,34 @@ def test_adamw_first_step_is_googles_uncorrected_adam_and_skips_decay_for_bias_l
                                np.full([2, 2], 0.02), rtol=1e-6)
 
 
-def test_lamb_moves_each_variable_by_learning_rate_times_its_norm():
+def test_lamb_moves_weights_by_learning_rate_times_their_norm_and_bias_layernorm_by_adam():
     variables = _variables()
     before = {n: v.numpy().copy() for n, v in variables.items()}
     opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.01)
     grads = [tf.constant(np.random.default_rng(0).normal(size=v.shape), tf.float32)
              for v in variables.values()]
     opt.apply(grads, learning_rate=0.05, step=0)
-    # The trust ratio ||w|| / ||update|| makes every step lr * ||w|| long.
+    # The trust ratio ||w|| / ||update|| makes a weight's step lr * ||w|| long. Bias and
+    # LayerNorm get none (as apex's FusedLAMB): a bias-corrected first Adam step is
+    # lr * sign(g) per element, so a zero-initialised bias can move at all.
     for name, variable in variables.items():
-        moved = np.linalg.norm(variable.numpy() - before[name])
-        np.testing.assert_allclose(moved, 0.05 * np.linalg.norm(before[name]), rtol=1e-5)
+        moved = variable.numpy() - before[name]
+        if name.endswith("kernel"):
+            np.testing.assert_allclose(np.linalg.norm(moved),
+                                       0.05 * np.linalg.norm(before[name]), rtol=1e-5)
+        else:
+            np.testing.assert_allclose(np.abs(moved), 0.05, rtol=1e-4)
+
+
+def test_lamb_moves_a_zero_initialised_bias_at_full_learning_rate():
+    variables = {"cls/predictions/output_bias": tf.Variable(tf.zeros([1000]))}
+    opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.01)
+    grads = [tf.fill([1000], -1.0)]
+    for step in range(3):
+        opt.apply(grads, learning_rate=0.1, step=step)
+    # With a trust ratio the first step would set ||bias|| and every later step grow it by
+    # only 10%; without, each element gains lr per step.
+    np.testing.assert_allclose(variables["cls/predictions/output_bias"].numpy(), 0.3, rtol=1e-4)
 
 
 def test_lamb_bias_correction_uses_the_step():
