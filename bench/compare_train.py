@@ -30,8 +30,14 @@ REPO = BENCH.parent
 OURS_PYTHON = REPO / ".venv" / "bin" / "python"
 HOROVODRUN = REPO / ".venv" / "bin" / "horovodrun"
 BENCH_VENVS = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache/bert_tf/bench-venvs"))
-PEER_SCRIPTS = {"hf-torch": ("hf", BENCH / "peers" / "hf_train_step.py"),
-                "modelgarden": ("modelgarden", BENCH / "peers" / "modelgarden_train_step.py")}
+# framework -> (venv, script, TF_ENABLE_ONEDNN_OPTS for the row; None = TensorFlow's default).
+# TF leaves its oneDNN kernels off on CPUs without AVX512_VNNI/BF16/AMX and bert_tf turns them
+# on, so Model Garden runs both as its users get it and with oneDNN on.
+PEER_SCRIPTS = {
+    "hf-torch": ("hf", BENCH / "peers" / "hf_train_step.py", None),
+    "modelgarden": ("modelgarden", BENCH / "peers" / "modelgarden_train_step.py", None),
+    "modelgarden-onednn": ("modelgarden", BENCH / "peers" / "modelgarden_train_step.py", "1"),
+}
 OURS = "bert_tf"
 # Which matmul peak an MFU is measured against.
 PEAK_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "amp": "bfloat16"}
@@ -53,6 +59,7 @@ def ours_step(args):
     """Child (also one Horovod rank): times PretrainingState.update on a fixed batch,
     and with --phases each part of it: forward/backward, gradient allreduce,
     and the rest of apply_update (clip + optimizer)."""
+    import bert_tf  # noqa: F401  before TensorFlow loads, as run_pretraining.py imports it
     common.configure_tf_threads(args.threads)
     import tensorflow as tf
 
@@ -104,17 +111,17 @@ def time_phases(args, state, features, num_ranks):
     totals = tf.constant([float(args.masked_positions * args.batch_size * num_ranks),
                           float(args.batch_size * num_ranks)])
 
+    grads, metric_sums = state.gradients(features, totals)
+
     @tf.function
     def allreduce_gradients():
-        grads = distributed.allreduce_sum([a.read_value() for a in state.accumulators])
-        return tf.add_n([tf.reduce_sum(g) for g in grads])
+        return tf.add_n([tf.reduce_sum(g) for g in distributed.allreduce_sum(grads)])
 
     def forward_backward():
-        state.accumulate(features, totals)
-        return state.metric_sums.numpy()
+        return state.gradients(features, totals)[1].numpy()
 
     def apply_update():
-        return state.apply_update()["grad_norm"].numpy()
+        return state.apply_update(grads, metric_sums)["grad_norm"].numpy()
 
     kwargs = dict(warmup=1, repeats=args.repeats)
     result = {"fwd_bwd_s": common.time_step(forward_backward, **kwargs)["step_s"],
@@ -151,13 +158,16 @@ def run_row(args, framework, shape, precision, xla, batch_size):
                            optimizer="adamw",
                            phases=shape == args.profile_shape and precision == "fp32" and not xla)]
     else:
-        venv, script = PEER_SCRIPTS[framework]
+        venv, script, onednn = PEER_SCRIPTS[framework]
+        env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+        if onednn:
+            env["TF_ENABLE_ONEDNN_OPTS"] = onednn
         python = BENCH_VENVS / venv / "bin" / "python"
         if not python.exists():
             return {"framework": framework, "shape": shape, "precision": precision, "xla": xla,
                     "error": f"{python} missing: run bash bench/setup_peers.sh"}
         cmd = [python, script, *child_args(args, shape, precision, batch_size, args.threads,
-                                           xla=xla if framework == "modelgarden" else None)]
+                                           xla=None if framework == "hf-torch" else xla)]
     (record,) = common.run_json(cmd, env=env, timeout=args.row_timeout)[-1:]
     record.update(framework=framework, shape=shape, precision=precision, xla=xla)
     print(f"[compare_train] {label}: {summary(record)}", file=sys.stderr, flush=True)
@@ -215,7 +225,7 @@ def main():
     parser.add_argument("--shapes", default="base,small", help="comma-separated: base,small")
     parser.add_argument("--base_batch_size", type=int, default=4)
     parser.add_argument("--small_batch_size", type=int, default=16)
-    parser.add_argument("--frameworks", default=f"{OURS},hf-torch,modelgarden")
+    parser.add_argument("--frameworks", default=f"{OURS},hf-torch,modelgarden,modelgarden-onednn")
     parser.add_argument("--ours_precisions", default="fp32,bf16",
                         help="add amp to include TF's auto mixed precision rewrite")
     parser.add_argument("--profile_shape", default="base",
@@ -263,8 +273,9 @@ def planned_rows(args, shapes, xla):
                 continue
             if "hf-torch" in frameworks and not xla:
                 plan.append(("hf-torch", shape, precision, xla))
-            if "modelgarden" in frameworks and (args.modelgarden_xla or not xla):
-                plan.append(("modelgarden", shape, precision, xla))
+            for garden in ("modelgarden", "modelgarden-onednn"):
+                if garden in frameworks and (args.modelgarden_xla or not xla):
+                    plan.append((garden, shape, precision, xla))
     if args.only:
         wanted = set(args.only.split(","))
         plan = [row for row in plan if f"{row[0]}:{row[2]}:{'on' if row[3] else 'off'}" in wanted]
@@ -319,14 +330,23 @@ def run(args):
 
 
 def measure_peaks_child(args):
-    (peaks,) = common.run_json([OURS_PYTHON, __file__, "--child", "peaks", "--threads",
-                                str(args.threads), "--peak_size", str(args.peak_size)],
-                               env=common.set_thread_env(args.threads))[-1:]
-    if "error" in peaks:
-        common.fail(f"matmul peak measurement failed: {peaks['error']}")
-    print(f"[compare_train] matmul peak GFLOP/s: "
-          f"{ {k: round(v / 1e9, 1) for k, v in peaks['peak_flops'].items()} }", file=sys.stderr)
-    return peaks["peak_flops"]
+    """TensorFlow's best matmul rate per dtype, with its default (Eigen) kernels and with
+    oneDNN's, whichever is faster on this CPU."""
+    best_flops = {}
+    for onednn in ("0", "1"):
+        env = common.set_thread_env(args.threads)
+        env["TF_ENABLE_ONEDNN_OPTS"] = onednn
+        (peaks,) = common.run_json([OURS_PYTHON, __file__, "--child", "peaks", "--threads",
+                                    str(args.threads), "--peak_size", str(args.peak_size)],
+                                   env=env)[-1:]
+        if "error" in peaks:
+            common.fail(f"matmul peak measurement failed: {peaks['error']}")
+        print(f"[compare_train] matmul GFLOP/s with TF_ENABLE_ONEDNN_OPTS={onednn}: "
+              f"{ {k: round(v / 1e9, 1) for k, v in peaks['peak_flops'].items()} }",
+              file=sys.stderr)
+        for dtype, flops in peaks["peak_flops"].items():
+            best_flops[dtype] = max(best_flops.get(dtype, 0.0), flops)
+    return best_flops
 
 
 def batch_size(args, shape):

@@ -24,6 +24,7 @@ VENV_BIN = Path(sys.executable).parent
 
 def child(args) -> None:
     """One measurement (every rank runs this; rank 0 prints the record)."""
+    import bert_tf  # noqa: F401  before TensorFlow loads, as run_pretraining.py imports it
     common.configure_tf_threads(args.threads)
     import tensorflow as tf
 

@@ -25,6 +25,8 @@ class PretrainingConfig:
     eval_batch_size: int = 8
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
+    dynamic_masking: bool = False
+    vocab_file: str = ""
     num_train_steps: int = 100_000
     num_warmup_steps: int = 10_000
     learning_rate: float = 5e-5
@@ -71,6 +73,9 @@ class PretrainingConfig:
         if self.max_predictions_per_seq > self.max_seq_length:
             fail("max_predictions_per_seq", f"({self.max_predictions_per_seq}) cannot exceed "
                  f"--max_seq_length ({self.max_seq_length})")
+        if self.dynamic_masking and not self.vocab_file:
+            fail("vocab_file", "is required with --dynamic_masking (the vocab the data was made "
+                 "with: [MASK] and the random replacement tokens come from it)")
         if self.learning_rate <= 0:
             fail("learning_rate", f"must be positive, got {self.learning_rate}")
         if self.weight_decay_rate < 0:
@@ -101,6 +106,12 @@ def define_pretraining_flags() -> None:
                          "Sequence length of the records (must match the data).")
     flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"].default,
                          "Masked positions per record (must match the data).")
+    flags.DEFINE_bool("dynamic_masking", d["dynamic_masking"].default,
+                      "Choose the masked positions anew at every step (RoBERTa style) on "
+                      "unmasked records from create_pretraining_data.py --dynamic_masking. "
+                      "Needs --vocab_file.")
+    flags.DEFINE_string("vocab_file", d["vocab_file"].default,
+                        "WordPiece vocab the data was made with (for --dynamic_masking).")
     flags.DEFINE_integer("num_train_steps", d["num_train_steps"].default,
                          "Optimizer updates to train for (each is num_accumulation_steps "
                          "micro-batches on every rank).")

@@ -4,36 +4,15 @@ Knows nothing of the model or Horovod: the rank and the number of ranks are argu
 """
 
 import dataclasses
-import glob
-import os
 
 import tensorflow as tf
 
-# Google's create_pretraining_data.py schema: feature -> (dtype, length). A length is the name of
-# the argument that sets it, or a fixed number.
-FEATURES = {
-    "input_ids": (tf.int64, "max_seq_length"),
-    "input_mask": (tf.int64, "max_seq_length"),
-    "segment_ids": (tf.int64, "max_seq_length"),
-    "masked_lm_positions": (tf.int64, "max_predictions_per_seq"),
-    "masked_lm_ids": (tf.int64, "max_predictions_per_seq"),
-    "masked_lm_weights": (tf.float32, "max_predictions_per_seq"),
-    "next_sentence_labels": (tf.int64, 1),
-}
-
-
-class InputDataError(ValueError):
-    """Input files are missing or hold records that disagree with the flags."""
-
-
-def feature_lengths(max_seq_length, max_predictions_per_seq):
-    sizes = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq}
-    return {name: sizes.get(length, length) for name, (_, length) in FEATURES.items()}
+from bert_tf.pretraining_data import FEATURES, InputDataError, expand_patterns, feature_lengths
 
 
 def feature_spec(max_seq_length, max_predictions_per_seq):
     lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
-    return {name: tf.io.FixedLenFeature([lengths[name]], dtype)
+    return {name: tf.io.FixedLenFeature([lengths[name]], tf.as_dtype(dtype))
             for name, (dtype, _) in FEATURES.items()}
 
 
@@ -55,25 +34,6 @@ class DynamicMasking:
                    (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), masked_lm_prob)
 
 
-def expand_patterns(input_patterns):
-    """Comma-separated string or list of globs -> sorted, de-duplicated file list."""
-    if isinstance(input_patterns, str | os.PathLike):
-        input_patterns = str(input_patterns).split(",")
-    files, empty = [], []
-    for pattern in input_patterns:
-        pattern = str(pattern).strip()
-        if not pattern:
-            continue
-        matches = sorted(tf.io.gfile.glob(pattern) if "://" in pattern else glob.glob(pattern))
-        if not matches:
-            empty.append(pattern)
-        files.extend(matches)
-    if empty or not files:
-        raise InputDataError(f"no input files match {', '.join(empty) or input_patterns!r}; "
-                             "check the input file pattern(s) (comma-separated globs)")
-    return sorted(set(files))
-
-
 def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
     """Parses the first record of each file eagerly and checks every feature's length.
 
@@ -92,7 +52,7 @@ def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
                 raise InputDataError(f"{path}: records lack feature {name!r}; expected Google's "
                                      "pretraining schema (make it with create_pretraining_data.py)")
             feature = example.features.feature[name]
-            values = feature.float_list.value if dtype == tf.float32 else feature.int64_list.value
+            values = feature.float_list.value if dtype == "float32" else feature.int64_list.value
             if len(values) != expected[name]:
                 raise InputDataError(
                     f"{path}: feature {name!r} has length {len(values)}, expected "

@@ -110,10 +110,39 @@ class LayerNorm(_NamedModule):
         return tf.cast(y, out_dtype)
 
 
-def _dropout(x, rate, training):
-    if training and rate > 0:
-        return tf.nn.dropout(x, rate=rate)
+class _StatelessDropout:
+    """Dropout for one forward pass, with masks that are a function of one seed.
+
+    Each dropout site gets its own seed, folded from the pass's seed with the site's
+    index in call order (fixed at trace time). No RNG state is involved, so the caller
+    reproduces the masks exactly (e.g. after a resume) by passing the same seed.
+    """
+
+    def __init__(self, seed):
+        self.seed = seed  # [2] int32/int64 tensor
+        self.sites = 0
+
+    def __call__(self, x, rate):
+        if rate == 0:
+            return x
+        site_seed = tf.random.experimental.stateless_fold_in(self.seed, self.sites)
+        self.sites += 1
+        return tf.nn.experimental.stateless_dropout(x, rate, site_seed)
+
+
+def _no_dropout(x, rate):
     return x
+
+
+def _dropout_for(training, dropout_seed):
+    """`training` is a Python bool (dropout is in the graph or not). Without a seed, one is
+    drawn from TF's global RNG: masks differ from call to call, as with tf.nn.dropout, but
+    cannot be reproduced."""
+    if not training:
+        return _no_dropout
+    if dropout_seed is None:
+        dropout_seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+    return _StatelessDropout(dropout_seed)
 
 
 class Embeddings(_NamedModule):
@@ -129,7 +158,7 @@ class Embeddings(_NamedModule):
         self.layer_norm = self._child(LayerNorm("bert/embeddings/LayerNorm", h))
         self.dropout_prob = config.hidden_dropout_prob
 
-    def __call__(self, input_ids, segment_ids, compute_dtype, training):
+    def __call__(self, input_ids, segment_ids, compute_dtype, dropout):
         seq_length = tf.shape(input_ids)[1]
         # Lookups and the sum stay float32 (they are gathers and adds, not matmuls).
         x = tf.gather(self.word_embeddings, input_ids)
@@ -139,7 +168,7 @@ class Embeddings(_NamedModule):
         x += tf.einsum("bst,th->bsh", token_types, self.token_type_embeddings)
         x += self.position_embeddings[tf.newaxis, :seq_length]
         x = self.layer_norm(x, compute_dtype)
-        return _dropout(x, self.dropout_prob, training)
+        return dropout(x, self.dropout_prob)
 
 
 class TransformerLayer(_NamedModule):
@@ -171,7 +200,7 @@ class TransformerLayer(_NamedModule):
         x = tf.reshape(x, [batch_size, seq_length, self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def __call__(self, x, attention_adder, batch_size, seq_length, training):
+    def __call__(self, x, attention_adder, batch_size, seq_length, dropout):
         """x: [B*S, H] compute dtype; attention_adder: [B, 1, 1, S] float32.
 
         Returns the new [B*S, H] activations and the float32 attention probs.
@@ -184,14 +213,14 @@ class TransformerLayer(_NamedModule):
         value = self._split_heads(self.value(x), batch_size, seq_length)
         scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, S, S]
         probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_adder, axis=-1)
-        dropped = _dropout(tf.cast(probs, dtype), self.attention_dropout_prob, training)
+        dropped = dropout(tf.cast(probs, dtype), self.attention_dropout_prob)
         context = tf.matmul(dropped, value)  # [B, heads, S, head_size]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), tf.shape(x))
 
-        attention = _dropout(self.attention_output(context), self.hidden_dropout_prob, training)
+        attention = dropout(self.attention_output(context), self.hidden_dropout_prob)
         attention = self.attention_layer_norm(attention + x, dtype)
         intermediate = self.activation(self.intermediate(attention))
-        output = _dropout(self.output_dense(intermediate), self.hidden_dropout_prob, training)
+        output = dropout(self.output_dense(intermediate), self.hidden_dropout_prob)
         return self.output_layer_norm(output + attention, dtype), probs
 
 
@@ -214,10 +243,12 @@ class BertModel(_NamedModule):
                   config.initializer_range))
 
     def __call__(self, input_ids, input_mask=None, segment_ids=None, training=False,
-                 return_attention=False) -> BertOutputs:
+                 return_attention=False, dropout_seed=None) -> BertOutputs:
         """input_ids, input_mask (1 = real token), segment_ids: [B, S] integers.
 
         `training` must be a Python bool: it decides whether dropout is in the graph.
+        `dropout_seed` ([2] int tensor) fixes the dropout masks: the same seed gives the
+        same masks; without one, each call draws a seed from TF's global RNG.
         """
         input_ids = tf.convert_to_tensor(input_ids)
         static_length = input_ids.shape[1]
@@ -235,11 +266,12 @@ class BertModel(_NamedModule):
         attention_adder = (1.0 - tf.cast(input_mask, tf.float32)) * MASK_ADDER
         attention_adder = attention_adder[:, tf.newaxis, tf.newaxis, :]
 
-        x = self.embeddings(input_ids, segment_ids, self.compute_dtype, training)
+        dropout = _dropout_for(training, dropout_seed)
+        x = self.embeddings(input_ids, segment_ids, self.compute_dtype, dropout)
         x = tf.reshape(x, [-1, hidden])
         states, all_probs = [x], []
         for layer in self.layers:
-            x, probs = layer(x, attention_adder, batch_size, seq_length, training)
+            x, probs = layer(x, attention_adder, batch_size, seq_length, dropout)
             states.append(x)
             all_probs.append(probs)
 
@@ -302,12 +334,13 @@ class BertForPreTraining(_NamedModule):
         self.masked_lm = self._child(MaskedLMHead(config, self.bert.embeddings.word_embeddings))
         self.next_sentence = self._child(NextSentenceHead(config))
 
-    def __call__(self, features, training=False, return_attention=False) -> PreTrainingOutputs:
+    def __call__(self, features, training=False, return_attention=False,
+                 dropout_seed=None) -> PreTrainingOutputs:
         """features: dict with input_ids, input_mask, segment_ids [B, S] and
-        masked_lm_positions [B, P] (int32)."""
+        masked_lm_positions [B, P] (int32). training, dropout_seed: as BertModel's."""
         outputs = self.bert(features["input_ids"], features["input_mask"],
                             features["segment_ids"], training=training,
-                            return_attention=return_attention)
+                            return_attention=return_attention, dropout_seed=dropout_seed)
         # Gather before the head: only P of the S positions need [V] logits.
         positions = features["masked_lm_positions"]
         masked = tf.cast(tf.gather(outputs.sequence_output, positions, batch_dims=1),

@@ -19,14 +19,13 @@ shuffled) and Google's TFRecord schema. Differences, for speed and bounded memor
 import collections
 import dataclasses
 import functools
+import glob
 import os
 import random
 import sys
 import time
 
 import numpy as np
-
-from bert_tf.input_pipeline import FEATURES, expand_patterns, feature_lengths
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
 TOKENIZE_BATCH_LINES = 8192
@@ -36,6 +35,52 @@ ENCODE_BATCH = 16384
 
 class PretrainingDataError(ValueError):
     """Bad flags or inputs; the message names the flag or file and what to do."""
+
+
+class InputDataError(ValueError):
+    """Input files are missing or hold records that disagree with the flags."""
+
+
+# Google's create_pretraining_data.py schema: feature -> (dtype name, length). A length is the
+# name of the argument that sets it, or a fixed number. Written here, read by input_pipeline.
+FEATURES = {
+    "input_ids": ("int64", "max_seq_length"),
+    "input_mask": ("int64", "max_seq_length"),
+    "segment_ids": ("int64", "max_seq_length"),
+    "masked_lm_positions": ("int64", "max_predictions_per_seq"),
+    "masked_lm_ids": ("int64", "max_predictions_per_seq"),
+    "masked_lm_weights": ("float32", "max_predictions_per_seq"),
+    "next_sentence_labels": ("int64", 1),
+}
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+    sizes = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq}
+    return {name: sizes.get(length, length) for name, (_, length) in FEATURES.items()}
+
+
+def expand_patterns(input_patterns):
+    """Comma-separated string or list of globs -> sorted, de-duplicated file list."""
+    if isinstance(input_patterns, str | os.PathLike):
+        input_patterns = str(input_patterns).split(",")
+    files, empty = [], []
+    for pattern in input_patterns:
+        pattern = str(pattern).strip()
+        if not pattern:
+            continue
+        if "://" in pattern:  # gs://, hdfs://, ...: only TensorFlow's file system knows them
+            import tensorflow as tf
+
+            matches = sorted(tf.io.gfile.glob(pattern))
+        else:
+            matches = sorted(glob.glob(pattern))
+        if not matches:
+            empty.append(pattern)
+        files.extend(matches)
+    if empty or not files:
+        raise InputDataError(f"no input files match {', '.join(empty) or input_patterns!r}; "
+                             "check the input file pattern(s) (comma-separated globs)")
+    return sorted(set(files))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,8 +372,8 @@ class _FeatureFraming:
         return prefix
 
 
-_FRAMINGS = {name: _FeatureFraming(name, dtype == "float32") for name, (dtype, _) in
-             {n: (d.name, length) for n, (d, length) in FEATURES.items()}.items()}
+_FRAMINGS = {name: _FeatureFraming(name, dtype == "float32")
+             for name, (dtype, _) in FEATURES.items()}
 
 
 def serialize_examples(features):
@@ -564,9 +609,14 @@ def _run_jobs(jobs, num_workers, progress, input_files):
         else:
             import multiprocessing
 
-            # spawn: a forked TensorFlow runtime is not safe to use.
-            pool = multiprocessing.get_context("spawn").Pool(
-                min(num_workers, len(jobs)), initializer=_single_threaded_tensorflow)
+            # A fork of a process that has run TensorFlow ops is not safe, and a spawned worker
+            # pays TensorFlow's ~10 CPU-s import each. The forkserver is a fresh process that
+            # imports TensorFlow once, runs nothing, and forks every worker from there.
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["tensorflow", "tensorflow_text",
+                                            "bert_tf.pretraining_data"])
+            pool = context.Pool(min(num_workers, len(jobs)),
+                                initializer=_single_threaded_tensorflow)
             results = pool.imap_unordered(_run_shard, jobs)
         try:
             for stats in results:

@@ -5,6 +5,10 @@ and U+FFFD, map whitespace to a space, and when uncased: lower-case, NFD, drop c
 then tensorflow-text's FastBertTokenizer splits on whitespace, punctuation and CJK characters and
 applies WordPiece. tensorflow-text's own lower-casing is NFKC case folding, which maps characters
 such as U+1D35 (modifier letter capital I) to "i" where Google's keeps them, so it is not used.
+
+TensorFlow is imported where a FullTokenizer is built, not with this module: load_vocab and
+normalize_text users (build_vocab, the parent process of a multi-worker create_pretraining_data
+run) stay free of its start-up, about 10 CPU-seconds.
 """
 
 import functools
@@ -12,8 +16,6 @@ import sys
 import unicodedata
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_text as tf_text
 
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Google's WordPiece maps a word longer than this many characters to [UNK]. tensorflow-text
@@ -126,6 +128,9 @@ class FullTokenizer:
     """Google's FullTokenizer interface; `tokenize_ids_batch` is the fast path."""
 
     def __init__(self, vocab_file, do_lower_case=True):
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
         self.vocab_file = str(vocab_file)
         self.do_lower_case = do_lower_case
         self.vocab = load_vocab(vocab_file)
@@ -147,7 +152,7 @@ class FullTokenizer:
         if not texts:
             return np.zeros([0], np.int32), np.zeros([1], np.int64)
         normalized = [normalize_text(t, self.do_lower_case) for t in texts]
-        ragged = self._tf_tokenizer.tokenize(tf.constant(normalized, tf.string))
+        ragged = self._tf_tokenizer.tokenize(normalized)
         return ragged.flat_values.numpy(), ragged.row_splits.numpy()
 
     def tokenize_ids(self, text):

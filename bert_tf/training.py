@@ -16,7 +16,9 @@ loss scale.
 
 Only rank 0 writes checkpoints, metrics.jsonl and TensorBoard summaries.
 A checkpoint holds the model, optimizer slots, global step, loss scale and the
-input position, all by name; rerunning the same command resumes exactly.
+input position, all by name; rerunning the same command resumes exactly: the
+data, the dynamic masks and the dropout masks are functions of (--seed, rank,
+input position), not of RNG state.
 """
 
 import json
@@ -32,6 +34,7 @@ from bert_tf import checkpoints, distributed, input_pipeline, optimization, prec
 from bert_tf.config import BertConfig, BertConfigError
 from bert_tf.flags import PretrainingConfig, PretrainingConfigError
 from bert_tf.modeling import BertForPreTraining, pretraining_loss, variables_by_name
+from bert_tf.tokenization import FullTokenizer, VocabError
 
 # Per-update sums, allreduced with the gradients, from which metrics are computed.
 METRIC_SUMS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct_sum", "nsp_loss_sum",
@@ -52,9 +55,10 @@ class TrainingError(RuntimeError):
 
 class PretrainingState(tf.Module):
     """Model, optimizer, loss scale, step and input position (everything a
-    checkpoint holds), plus the two halves of an update: `accumulate` (one
-    micro-batch forward/backward, XLA-compiled with --use_xla) and
-    `apply_update` (allreduce, unscale, finiteness, clip, step)."""
+    checkpoint holds), plus the two halves of an update: `gradients` (one
+    micro-batch forward/backward, XLA-compiled with --use_xla; `accumulate` sums
+    them over micro-batches) and `apply_update` (allreduce, unscale, finiteness,
+    clip, step)."""
 
     def __init__(self, bert_config: BertConfig, config: PretrainingConfig):
         super().__init__(name="pretraining")
@@ -66,13 +70,18 @@ class PretrainingState(tf.Module):
             config.optimizer_type, self.params, config.weight_decay_rate)
         self.loss_scale = precision.DynamicLossScale(
             enabled=precision.uses_loss_scaling(config.precision, on_gpu))
+        # Folded with each micro-batch's input position into its dropout seed.
+        self.dropout_seed = tf.constant([config.seed, distributed.rank()], tf.int64)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name=GLOBAL_STEP)
         self.input_position = tf.Variable(0, dtype=tf.int64, trainable=False,
                                           name=INPUT_POSITION)
+        # Gradient sums over an update's micro-batches (none needed for one micro-batch).
+        accumulating = config.num_accumulation_steps > 1
         self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
-                             for v in self.params.values()]
+                             for v in self.params.values()] if accumulating else []
         self.metric_sums = tf.Variable(tf.zeros([len(METRIC_SUMS)]), trainable=False)
         self.decay_power = optimization.decay_power(config.optimizer_type)
+        self.gradients = tf.function(self._gradients, jit_compile=config.use_xla)
         self.accumulate = tf.function(self._accumulate, jit_compile=config.use_xla)
         self.apply_update = tf.function(self._apply_update)
 
@@ -81,27 +90,41 @@ class PretrainingState(tf.Module):
                 **self.loss_scale.variables_by_name(),
                 GLOBAL_STEP: self.global_step, INPUT_POSITION: self.input_position}
 
-    def _accumulate(self, features, totals):
-        """Adds this micro-batch's (scaled) gradient and metric sums to the accumulators.
-        totals = [mask weight, examples] over the whole update on all ranks."""
+    def _gradients(self, features, totals):
+        """This micro-batch's (loss-scaled) gradients and metric sums; counts it as consumed
+        input. totals = [mask weight, examples] over the whole update on all ranks."""
         params = list(self.params.values())
+        # Every rank and micro-batch gets its own masks; a resumed run the same ones.
+        dropout_seed = tf.random.experimental.stateless_fold_in(self.dropout_seed,
+                                                                self.input_position)
         with tf.GradientTape() as tape:
-            sums = pretraining_loss(self.model(features, training=True), features)
+            outputs = self.model(features, training=True, dropout_seed=dropout_seed)
+            sums = pretraining_loss(outputs, features)
             loss = (sums["mlm_loss_sum"] / tf.maximum(totals[0], 1.0)
                     + sums["nsp_loss_sum"] / tf.maximum(totals[1], 1.0))
             scaled_loss = loss * self.loss_scale.scale
         grads = tape.gradient(scaled_loss, params)
-        for accumulator, grad in zip(self.accumulators, grads, strict=True):
-            if grad is not None:
-                accumulator.assign_add(tf.convert_to_tensor(grad))
-        self.metric_sums.assign_add(tf.stack([sums[name] for name in METRIC_SUMS]))
+        self.input_position.assign_add(1)
+        grads = [tf.zeros_like(p) if g is None else tf.convert_to_tensor(g)
+                 for p, g in zip(params, grads, strict=True)]
+        return grads, tf.stack([sums[name] for name in METRIC_SUMS])
 
-    def _apply_update(self):
-        """Allreduces the accumulators, then steps unless a gradient is non-finite."""
+    def _accumulate(self, features, totals, first: bool):
+        """Adds this micro-batch's gradients and metric sums to the accumulators; the first
+        micro-batch of an update overwrites them (no zeroing pass)."""
+        grads, metric_sums = self._gradients(features, totals)
+        for accumulator, grad in zip([*self.accumulators, self.metric_sums],
+                                     [*grads, metric_sums], strict=True):
+            if first:
+                accumulator.assign(grad)
+            else:
+                accumulator.assign_add(grad)
+
+    def _apply_update(self, grads, metric_sums):
+        """Allreduces the update's gradients, then steps unless one is non-finite."""
         config = self.config
-        grads = distributed.allreduce_sum([a.read_value() for a in self.accumulators],
-                                          fp16_compression=config.fp16_allreduce)
-        (metric_sums,) = distributed.allreduce_sum([self.metric_sums.read_value()])
+        grads = distributed.allreduce_sum(grads, fp16_compression=config.fp16_allreduce)
+        (metric_sums,) = distributed.allreduce_sum([metric_sums])
         loss_scale = self.loss_scale.scale.read_value()
         grads = [g / loss_scale for g in grads]
         finite = precision.all_finite(grads)
@@ -113,10 +136,6 @@ class PretrainingState(tf.Module):
             self.optimizer.apply(clipped, learning_rate, self.global_step)
             self.global_step.assign_add(1)
         self.loss_scale.update(finite)
-        self.input_position.assign_add(config.num_accumulation_steps)
-        for accumulator in self.accumulators:
-            accumulator.assign(tf.zeros_like(accumulator))
-        self.metric_sums.assign(tf.zeros_like(self.metric_sums))
         return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
                 "grad_norm": grad_norm, "loss_scale": loss_scale}
 
@@ -127,9 +146,14 @@ class PretrainingState(tf.Module):
             tf.cast(tf.add_n([tf.shape(b["input_ids"])[0] for b in micro_batches]), tf.float32),
         ])
         (totals,) = distributed.allreduce_sum([local_totals])
-        for features in micro_batches:
-            self.accumulate(features, totals)
-        return update_metrics(self.apply_update())
+        if len(micro_batches) == 1:  # no accumulators: saves a copy of the gradients
+            grads, metric_sums = self.gradients(micro_batches[0], totals)
+        else:
+            for i, features in enumerate(micro_batches):
+                self.accumulate(features, totals, first=i == 0)
+            grads = [a.read_value() for a in self.accumulators]
+            metric_sums = self.metric_sums.read_value()
+        return update_metrics(self.apply_update(grads, metric_sums))
 
 
 def update_metrics(result) -> dict:
@@ -164,6 +188,7 @@ def run(config: PretrainingConfig) -> dict:
         if config.use_xla:
             _log(primary, "warning: --use_xla compiles forward/backward without the AMP "
                  "rewrite (XLA bypasses Grappler): that part runs in float32")
+    masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
     train_files = _checked_files(config.input_files, "input_files", config, bert_config) \
         if config.do_train else []
     eval_files = _checked_files(config.eval_files, "eval_files", config, bert_config) \
@@ -178,16 +203,26 @@ def run(config: PretrainingConfig) -> dict:
 
     summary = {}
     if config.do_train:
-        summary["train"] = _train(state, config, train_files, rank, num_ranks)
+        summary["train"] = _train(state, config, train_files, rank, num_ranks, masking)
     if config.do_eval:
-        summary["eval"] = evaluate(state.model, config, eval_files, rank, num_ranks)
+        summary["eval"] = evaluate(state.model, config, eval_files, rank, num_ranks, masking)
         if primary:
             _write_json(os.path.join(config.output_dir, "eval_results.json"), summary["eval"])
             _log(primary, "eval: " + json.dumps(summary["eval"]))
     return summary
 
 
-def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_ranks) -> dict:
+def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=None):
+    """This rank's training micro-batches from the start of the data (a resumed run skips
+    the input position); with `masking`, masks are chosen per batch, seeded by its index."""
+    return input_pipeline.pretraining_dataset(
+        files, batch_size=config.train_batch_size, max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq, is_training=True,
+        rank=rank, num_ranks=num_ranks, seed=config.seed, dynamic_masking=masking)
+
+
+def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_ranks,
+           masking) -> dict:
     primary = rank == 0
     k = config.num_accumulation_steps
     start_step = int(state.global_step.numpy())
@@ -197,10 +232,7 @@ def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_
     if len(files) < num_ranks:
         _log(primary, f"{len(files)} input file(s) for {num_ranks} ranks: sharding by record "
              "(more files than ranks reads faster)")
-    dataset = input_pipeline.pretraining_dataset(
-        files, batch_size=config.train_batch_size, max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq, is_training=True,
-        rank=rank, num_ranks=num_ranks, seed=config.seed)
+    dataset = train_dataset(config, files, rank, num_ranks, masking)
     batches = iter(dataset.skip(int(state.input_position.numpy())))
 
     writer = (tf.summary.create_file_writer(config.output_dir) if primary
@@ -215,7 +247,8 @@ def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_
     interval_start, interval_updates = time.perf_counter(), 0
     _log(primary, f"training from step {start_step} to {config.num_train_steps}: {num_ranks} "
          f"rank(s) x {k} micro-batch(es) x {config.train_batch_size} = {sequences_per_update} "
-         f"sequences per update, {config.precision}, xla={config.use_xla}")
+         f"sequences per update, {config.precision}, xla={config.use_xla}, "
+         f"dynamic_masking={config.dynamic_masking}")
 
     step = start_step
     while step < config.num_train_steps:
@@ -304,12 +337,13 @@ def _guarded_update(state: PretrainingState, micro_batches, config) -> dict:
         raise
 
 
-def evaluate(model, config: PretrainingConfig, files, rank, num_ranks) -> dict:
-    """Masked-LM loss/accuracy and NSP accuracy over up to --max_eval_steps batches per rank."""
+def evaluate(model, config: PretrainingConfig, files, rank, num_ranks, masking=None) -> dict:
+    """Masked-LM loss/accuracy and NSP accuracy over up to --max_eval_steps batches per rank.
+    With `masking` (unmasked records) the masks are fixed by --seed and the batch order."""
     dataset = input_pipeline.pretraining_dataset(
         files, batch_size=config.eval_batch_size, max_seq_length=config.max_seq_length,
         max_predictions_per_seq=config.max_predictions_per_seq, is_training=False,
-        rank=rank, num_ranks=num_ranks, seed=config.seed)
+        rank=rank, num_ranks=num_ranks, seed=config.seed, dynamic_masking=masking)
 
     @tf.function(jit_compile=config.use_xla)
     def eval_sums(features):
@@ -378,10 +412,24 @@ def _load_bert_config(path: str) -> BertConfig:
     return BertConfig.from_json_file(path)
 
 
+def load_dynamic_masking(config: PretrainingConfig,
+                         bert_config: BertConfig) -> input_pipeline.DynamicMasking:
+    """[MASK], the special ids and the random-token range from --vocab_file."""
+    tokenizer = FullTokenizer(config.vocab_file)
+    if tokenizer.vocab_size != bert_config.vocab_size:
+        raise TrainingError(
+            f"--vocab_file={config.vocab_file} has {tokenizer.vocab_size} tokens but vocab_size "
+            f"is {bert_config.vocab_size} in --bert_config_file={config.bert_config_file}; "
+            "--dynamic_masking needs the vocab file the data was made with and the "
+            "bert_config.json made for it")
+    return input_pipeline.DynamicMasking.from_tokenizer(tokenizer)
+
+
 def _checked_files(patterns: str, flag: str, config: PretrainingConfig,
                    bert_config: BertConfig) -> list[str]:
-    """Expands --input_files/--eval_files and checks the first records of
-    every file: feature lengths against the flags, token ids against vocab_size."""
+    """Expands --input_files/--eval_files and checks the first records of every file:
+    feature lengths against the flags, token ids against vocab_size, masked or not
+    against --dynamic_masking."""
     files = input_pipeline.check_record_shapes(input_pipeline.expand_patterns(patterns),
                                                config.max_seq_length,
                                                config.max_predictions_per_seq)
@@ -397,6 +445,16 @@ def _checked_files(patterns: str, flag: str, config: PretrainingConfig,
                     f"{bert_config.vocab_size} in --bert_config_file={config.bert_config_file} "
                     "(this gives NaN losses on GPUs); use the bert_config.json whose "
                     "vocab_size matches the vocab file the data was made with")
+            masked = any(weight != 0 for weight in feature["masked_lm_weights"].float_list.value)
+            if masked and config.dynamic_masking:
+                raise TrainingError(
+                    f"--{flag}: {path} holds masked records, but --dynamic_masking masks "
+                    "during training and needs unmasked ones: make the data with "
+                    "create_pretraining_data.py --dynamic_masking, or drop --dynamic_masking")
+            if not masked and not config.dynamic_masking:
+                raise TrainingError(
+                    f"--{flag}: {path} holds unmasked records (create_pretraining_data.py "
+                    "--dynamic_masking): train on them with --dynamic_masking --vocab_file=VOCAB")
     return files
 
 
@@ -450,7 +508,7 @@ def _log(primary: bool, message: str) -> None:
 
 # The errors a user can fix: reported on stderr without a traceback.
 USER_ERRORS = (TrainingError, PretrainingConfigError, BertConfigError, checkpoints.CheckpointError,
-               input_pipeline.InputDataError, precision.PrecisionError)
+               input_pipeline.InputDataError, precision.PrecisionError, VocabError)
 
 
 def main(config: PretrainingConfig) -> None:

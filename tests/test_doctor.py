@@ -76,11 +76,11 @@ def write_seq128_records(path):
     """One real pretraining record of sequence length 128, 20 predictions."""
     import tensorflow as tf
 
-    from bert_tf.input_pipeline import FEATURES, feature_lengths
+    from bert_tf.pretraining_data import FEATURES, feature_lengths
 
     lengths = feature_lengths(128, 20)
     feature = {name: tf.train.Feature(float_list=tf.train.FloatList(value=[0.0] * lengths[name]))
-               if dtype == tf.float32 else
+               if dtype == "float32" else
                tf.train.Feature(int64_list=tf.train.Int64List(value=[0] * lengths[name]))
                for name, (dtype, _) in FEATURES.items()}
     with tf.io.TFRecordWriter(str(path)) as writer:
@@ -240,3 +240,10 @@ def test_half_precision_on_cpu_without_native_support_warns(tmp_path):
     assert doctor.check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}).status == doctor.OK
     assert doctor.check_cpu_half_precision("bf16", 8, flags).status == doctor.OK
     assert doctor.check_cpu_half_precision("fp32", 0, flags).status == doctor.OK
+
+
+def test_onednn_off_on_a_cpu_run_is_a_warning_with_the_fix():
+    check = doctor.check_onednn(False, 0)
+    assert check.status == doctor.WARN and "TF_ENABLE_ONEDNN_OPTS" in check.line()
+    assert doctor.check_onednn(True, 0).status == doctor.OK
+    assert doctor.check_onednn(False, 8).status == doctor.OK

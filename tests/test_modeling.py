@@ -128,6 +128,24 @@ def test_dropout_only_when_training(model):
     np.testing.assert_array_equal(first.mlm_logits, second.mlm_logits)
     trained = model(features, training=True)
     assert np.abs(trained.mlm_logits - first.mlm_logits).max() > 1e-3
+    # Without a seed, every call draws new masks.
+    again = model(features, training=True)
+    assert np.abs(trained.mlm_logits - again.mlm_logits).max() > 1e-3
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_dropout_masks_are_a_function_of_the_seed(model, jit_compile):
+    features = {k: tf.constant(v) for k, v in make_features().items()}
+
+    @tf.function(jit_compile=jit_compile)
+    def sequence_output(seed):
+        return model(features, training=True, dropout_seed=seed).bert.sequence_output
+
+    seed = tf.constant([3, 4], tf.int64)
+    first = sequence_output(seed).numpy()
+    np.testing.assert_array_equal(sequence_output(seed), first)
+    assert np.abs(sequence_output(tf.constant([3, 5], tf.int64)) - first).max() > 1e-3
+    assert np.abs(sequence_output(tf.constant([4, 4], tf.int64)) - first).max() > 1e-3
 
 
 def test_heads_compute_googles_formulas(model):

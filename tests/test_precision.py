@@ -1,5 +1,8 @@
 """Compute dtypes, dynamic loss scaling and the auto-mixed-precision rewrite."""
 
+import os
+import subprocess
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -74,9 +77,28 @@ def test_amp_rewrite_turns_float32_matmul_into_bfloat16_on_cpu():
     assert "option auto_mixed_precision_onednn_bfloat16" in proc.stdout
 
 
-@pytest.mark.skipif(precision.onednn_enabled(), reason="this process has oneDNN on")
 def test_amp_without_onednn_is_a_clear_error():
-    with pytest.raises(precision.PrecisionError, match="TF_ENABLE_ONEDNN_OPTS=1"):
-        precision.enable_auto_mixed_precision(on_gpu=False)
-    options = tf.config.optimizer.get_experimental_options()
-    assert "auto_mixed_precision_onednn_bfloat16" not in options
+    # bert_tf turns oneDNN on unless the environment says otherwise; here it does.
+    script = """
+import tensorflow as tf
+from bert_tf import precision
+try:
+    precision.enable_auto_mixed_precision(on_gpu=False)
+except precision.PrecisionError as e:
+    print("error:", e)
+print("options", tf.config.optimizer.get_experimental_options())
+"""
+    proc = run_command([PYTHON, "-c", script], env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert "error: --precision=amp on a CPU needs" in proc.stdout, proc.stdout
+    assert "TF_ENABLE_ONEDNN_OPTS=1" in proc.stdout
+    assert "auto_mixed_precision_onednn_bfloat16" not in proc.stdout.split("options")[1]
+
+
+def test_bert_tf_turns_onednn_on_unless_told_otherwise():
+    probe = [str(PYTHON), "-c", "import bert_tf.precision as p; print('onednn', p.onednn_enabled())"]
+    unset = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    on = subprocess.run(probe, env=unset, capture_output=True, text=True, check=True).stdout
+    assert "onednn True" in on
+    off = subprocess.run(probe, env={**unset, "TF_ENABLE_ONEDNN_OPTS": "0"}, capture_output=True,
+                         text=True, check=True).stdout
+    assert "onednn False" in off

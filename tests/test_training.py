@@ -3,9 +3,10 @@ fp16 overflow skipping, kill-and-resume, learning, and bad input.
 
 Data: TFRecords made by create_pretraining_data.py from a slice of the
 Gutenberg corpus (session fixture). Model: L2 H64 A2 I128, no dropout (so
-runs are deterministic and comparable).
+layouts are comparable) except where dropout masks are the point.
 """
 
+import collections
 import json
 import os
 import signal
@@ -51,6 +52,25 @@ def data(tmp_path_factory, shared_data):
     config.write_text(json.dumps(TINY_BERT))
     return SimpleNamespace(root=root, train=root / "train.tfrecord", eval=root / "eval.tfrecord",
                            config=config, vocab=shared_data / "vocab" / "bert-base-uncased.txt")
+
+
+@pytest.fixture(scope="module")
+def unmasked_train(data, tmp_path_factory):
+    """About 85 unmasked records (create_pretraining_data.py --dynamic_masking)."""
+    root = tmp_path_factory.mktemp("unmasked_data")
+    (root / "train.txt").write_text((data.root / "train.txt").read_text()[:12_000])
+    run_command([PYTHON, REPO / "create_pretraining_data.py", f"--input_file={root / 'train.txt'}",
+                 f"--output_file={root / 'train.tfrecord'}", f"--vocab_file={data.vocab}",
+                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
+                 "--dupe_factor=1", "--dynamic_masking", "--noprogress"], env=ONE_THREAD)
+    return root / "train.tfrecord"
+
+
+def dropout_config(directory):
+    path = directory / "bert_config_dropout.json"
+    path.write_text(json.dumps({**TINY_BERT, "hidden_dropout_prob": 0.1,
+                                "attention_probs_dropout_prob": 0.1}))
+    return path
 
 
 def pretraining_command(data, output_dir, **flags):
@@ -126,6 +146,17 @@ def test_fp16_overflow_skips_exactly_that_update_on_every_rank(two_rank_worker):
                                   np.load(two_rank_worker.out / "overflow1.npy"))
 
 
+def test_dropout_masks_differ_between_ranks_and_micro_batches(two_rank_worker):
+    """The same micro-batch's local gradient, dropout 0.1: a different dropout seed at
+    every (rank, input position) gives a different gradient."""
+    rank0 = np.load(two_rank_worker.out / "dropout0.npy")
+    rank1 = np.load(two_rank_worker.out / "dropout1.npy")
+    gradients = [rank0[0], rank0[1], rank1[0], rank1[1]]
+    for i, a in enumerate(gradients):
+        for b in gradients[i + 1:]:
+            assert np.abs(a - b).max() > 1e-4
+
+
 def test_hung_rank_makes_the_job_fail_instead_of_hanging(two_rank_worker):
     proc = two_rank_worker.proc
     output = proc.stdout + proc.stderr
@@ -152,12 +183,14 @@ def _kill_rank(launcher: psutil.Process, rank: str) -> None:
 
 
 def test_killed_rank_stops_the_job_and_rerun_resumes_to_the_same_weights(data, tmp_path):
-    """One input file for two ranks (by-record sharding). Reference under
-    mpirun; the victim under horovodrun loses rank 1 to SIGKILL after its first
-    checkpoint, must end with an error in bounded time, and the same command
-    rerun must finish with the reference's weights and optimizer state."""
+    """One input file for two ranks (by-record sharding), dropout 0.1. Reference
+    under mpirun; the victim under horovodrun loses rank 1 to SIGKILL after its
+    first checkpoint, must end with an error in bounded time, and the same command
+    rerun must finish with the reference's weights and optimizer state (so the
+    resumed run drew the same dropout masks)."""
     reference_dir, victim_dir = tmp_path / "reference", tmp_path / "victim"
-    flags = dict(num_train_steps=12, save_checkpoints_steps=4, log_every_n_steps=2)
+    flags = dict(num_train_steps=12, save_checkpoints_steps=4, log_every_n_steps=2,
+                 bert_config_file=dropout_config(tmp_path))
     proc = run_command(mpirun(pretraining_command(data, reference_dir, **flags)),
                        env=ONE_THREAD, timeout=400)
     assert "sharding by record" in proc.stdout
@@ -196,6 +229,61 @@ def test_killed_rank_stops_the_job_and_rerun_resumes_to_the_same_weights(data, t
     assert resumed.keys() == reference.keys()
     for name, value in reference.items():
         np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+# -------------------------------------------------------------- dynamic masking
+
+
+def _masked_positions_by_record(batches):
+    """Original record (masks undone) -> the masked positions of each occurrence."""
+    positions_by_record = collections.defaultdict(list)
+    for batch in batches:
+        batch = {name: value.numpy() for name, value in batch.items()}
+        for row, ids in enumerate(batch["input_ids"]):
+            valid = batch["masked_lm_weights"][row] > 0
+            positions = batch["masked_lm_positions"][row][valid]
+            original = ids.copy()
+            original[positions] = batch["masked_lm_ids"][row][valid]
+            positions_by_record[original.tobytes()].append(tuple(positions))
+    return positions_by_record
+
+
+def test_dynamic_masking_trains_with_new_masks_every_epoch(data, unmasked_train, tmp_path):
+    config = _config(data, tmp_path / "out", input_files=str(unmasked_train),
+                     dynamic_masking=True, vocab_file=str(data.vocab), train_batch_size=8,
+                     num_train_steps=3, log_every_n_steps=3)
+    training.run(config)
+    (record,) = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
+    assert 5 < record["mlm_loss"] < 12  # about ln(30522) = 10.3: masks were made and scored
+    assert np.isfinite(record["loss"])
+
+    masking = training.load_dynamic_masking(config, BertConfig.from_json_file(data.config))
+    num_records = sum(1 for _ in tf.data.TFRecordDataset(str(unmasked_train)))
+    batches = list(training.train_dataset(config, [str(unmasked_train)], 0, 1, masking)
+                   .take(3 * num_records // config.train_batch_size))
+    assert any((batch["input_ids"] == masking.mask_id).numpy().any() for batch in batches)
+    occurrences = _masked_positions_by_record(batches).values()
+    repeated = [positions for positions in occurrences if len(positions) >= 2]
+    assert len(repeated) > num_records / 2
+    differing = sum(positions[0] != positions[1] for positions in repeated)
+    assert differing >= 0.9 * len(repeated), f"{differing} of {len(repeated)}"
+
+
+def test_dynamic_masking_flag_errors(data, unmasked_train, tmp_path):
+    dynamic = dict(input_files=str(unmasked_train), dynamic_masking=True)
+    with pytest.raises(PretrainingConfigError, match="--vocab_file is required with "
+                                                     "--dynamic_masking"):
+        training.run(_config(data, tmp_path / "out", **dynamic))
+    with pytest.raises(training.TrainingError, match=r"--vocab_file=.* has 30522 tokens but "
+                                                     r"vocab_size is 1000"):
+        training.run(_config(data, tmp_path / "out", vocab_file=str(data.vocab),
+                             bert_config_file=_small_vocab_config(data, tmp_path, 1000), **dynamic))
+    with pytest.raises(training.TrainingError, match="--input_files: .* holds masked records"):
+        training.run(_config(data, tmp_path / "out", vocab_file=str(data.vocab),
+                             dynamic_masking=True))
+    with pytest.raises(training.TrainingError, match="holds unmasked records.*--dynamic_masking"):
+        training.run(_config(data, tmp_path / "out", input_files=str(unmasked_train)))
+    assert checkpoints.latest_checkpoint(tmp_path / "out") is None
 
 
 # --------------------------------------------------------------------- learning
@@ -319,6 +407,7 @@ def test_no_input_files_and_unwritable_output_dir(data, tmp_path, capsys):
 def test_persistent_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
     output_dir = tmp_path / "out"
     # A good checkpoint to resume from: a fresh state saved as step 0.
+    distributed.init()  # one rank, in this process
     fresh = training.PretrainingState(BertConfig.from_json_file(data.config), _config(data, "x"))
     checkpoints.save_checkpoint(fresh.checkpoint_variables(), output_dir, 0)
     good = checkpoint_values(output_dir / "model.ckpt-0")

@@ -6,11 +6,14 @@ file order so that every layout sees the same data:
 
 1. each rank takes its half (b) of every batch of 2b -> OUT/rank{r}.npy
 2. fp16 with rank 1's local gradient poisoned in update 2 -> OUT/overflow{r}.{json,npy}
-3. rank 1 hangs; rank 0 waits in a barrier until its watchdog ends the job.
+3. dropout 0.1: the local gradients of the same micro-batch accumulated at input
+   positions 0 and 1 -> OUT/dropout{r}.npy (two rows)
+4. rank 1 hangs; rank 0 waits in a barrier until its watchdog ends the job.
 
 Weights are saved as one flat float32 vector (variables in name order).
 """
 
+import dataclasses
 import json
 import sys
 import time
@@ -50,6 +53,22 @@ def full_batches(files):
     return list(dataset.take(UPDATES))
 
 
+def local_gradients_at_two_positions(out, config_file, files, features):
+    """Dropout 0.1; the same micro-batch accumulated at input positions 0 and 1."""
+    config = BertConfig.from_json_file(config_file)
+    dropout_config = out / f"dropout_config{distributed.rank()}.json"
+    dataclasses.replace(config, hidden_dropout_prob=0.1,
+                        attention_probs_dropout_prob=0.1).to_json_file(dropout_config)
+    state = build_state(str(dropout_config), files)
+    totals = tf.stack([tf.reduce_sum(features["masked_lm_weights"]), float(HALF_BATCH)])
+
+    def gradients():  # each call consumes one input position
+        grads, _ = state.gradients(features, totals)
+        return np.concatenate([g.numpy().ravel() for g in grads])
+
+    return np.stack([gradients(), gradients()])
+
+
 def rows(features, part):
     return {k: v[part * HALF_BATCH:(part + 1) * HALF_BATCH] for k, v in features.items()}
 
@@ -78,11 +97,11 @@ def main():
         mine = rows(features, rank)
         (totals,) = distributed.allreduce_sum([tf.stack([
             tf.reduce_sum(mine["masked_lm_weights"]), float(HALF_BATCH)])])
-        state.accumulate(mine, totals)
+        grads, metric_sums = state.gradients(mine, totals)
         if i == 1 and rank == 1:
-            state.accumulators[3].assign(state.accumulators[3] + np.inf)
+            grads[3] += np.inf
         before = flat_weights(state)
-        metrics = update_metrics(state.apply_update())
+        metrics = update_metrics(state.apply_update(grads, metric_sums))
         log.append({"update": i, "finite": metrics["finite"],
                     "global_step": int(state.global_step.numpy()),
                     "loss_scale_used": metrics["loss_scale"],
@@ -90,9 +109,13 @@ def main():
                     "weights_changed": bool(np.any(flat_weights(state) != before))})
     (out / f"overflow{rank}.json").write_text(json.dumps(log))
     np.save(out / f"overflow{rank}.npy", flat_weights(state))
+
+    # 3. Dropout masks per rank and input position.
+    np.save(out / f"dropout{rank}.npy",
+            local_gradients_at_two_positions(out, config_file, files, rows(batches[0], 0)))
     print(f"rank {rank} done", flush=True)
 
-    # 3. Rank 1 hangs; rank 0's watchdog must end it (exit 3) while it waits in a collective.
+    # 4. Rank 1 hangs; rank 0's watchdog must end it (exit 3) while it waits in a collective.
     if rank == 1:
         time.sleep(HANG_SECONDS)
     else:
