@@ -1,7 +1,7 @@
 """Runs every benchmark in one go (`make bench`): makes the peer venvs, then the
-training-step comparison (bench/compare_train.py, with its scaling part) and the
-data-creation comparison (bench/create_data.py), and writes
-bench/results/summary.md from their Markdown results.
+training-step comparison (bench/compare_train.py, with its scaling part), the
+data-creation comparison (bench/create_data.py) and our update's throughput matrix
+(bench/train_step.py), and writes bench/results/summary.md from their Markdown results.
 
     .venv/bin/python bench/run_all.py           # full run (about an hour on 2 busy cores)
     .venv/bin/python bench/run_all.py --quick   # smoke run of every part (minutes)
@@ -16,10 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
-PARTS = {"compare_train": BENCH / "compare_train.py", "create_data": BENCH / "create_data.py"}
+PARTS = {"compare_train": BENCH / "compare_train.py", "create_data": BENCH / "create_data.py",
+         "train_step": BENCH / "train_step.py"}
 # What --quick passes to each part for a smoke run.
 QUICK_ARGS = {"compare_train": ["--quick"],
-              "create_data": ["--dupe_factor", "1", "--reference_lines", "500"]}
+              "create_data": ["--dupe_factor", "1", "--reference_lines", "500"],
+              "train_step": ["--shapes", "small", "--small_batch_size", "4", "--warmup", "1",
+                             "--repeats", "1"]}
 
 
 def main():
