@@ -76,29 +76,17 @@ def synthetic_batch(batch_size, seq_length, masked_positions, vocab_size=VOCAB_S
     }
 
 
-def bert_forward_flops(num_hidden_layers, hidden_size, intermediate_size, seq_length,
-                       masked_positions, vocab_size=VOCAB_SIZE, **_unused):
-    """Matmul FLOPs (one multiply-add = 2) of one sequence through BERT with its
-    pretraining heads (L layers, hidden H, FFN F, sequence S, P masked
-    positions, vocabulary V), the MLM head applied to the masked positions only:
+def train_flops_per_sequence(shape, seq_length, masked_positions):
+    """FLOPs of one training step per sequence for a named shape, by the formula
+    bert_tf.estimate and the doctor use (MLM head on the masked positions only).
+    Parents call this in the project's venv and pass the figure to every child,
+    peers included, so all rows are credited the same FLOPs."""
+    from bert_tf.config import BertConfig
+    from bert_tf.estimate import training_flops_per_sequence
 
-        L * (8 S H^2 + 4 S H F + 4 S^2 H)      encoder: QKV+output proj, FFN, QK^T and PV
-        + 2 H^2 + 4 H                          pooler and NSP classifier
-        + 2 P H^2 + 2 P H V                    MLM transform and output (tied embeddings)
-
-    Embedding lookups, layer norms, softmax, GELU and the optimizer are left
-    out (each under ~1% for BERT-base)."""
-    L, H, F, S, P, V = (num_hidden_layers, hidden_size, intermediate_size, seq_length,
-                        masked_positions, vocab_size)
-    encoder = L * (8 * S * H * H + 4 * S * H * F + 4 * S * S * H)
-    return encoder + 2 * H * H + 4 * H + 2 * P * H * H + 2 * P * H * V
-
-
-def bert_train_flops(**shape):
-    """FLOPs of one training step per sequence: the backward pass costs twice
-    the forward (gradients for activations and for weights), so 3x forward.
-    This is ~6 x (matmul parameters) x tokens plus the attention terms."""
-    return 3 * bert_forward_flops(**shape)
+    config = BertConfig(vocab_size=VOCAB_SIZE,
+                        **{k: v for k, v in SHAPES[shape].items() if k != "name"})
+    return training_flops_per_sequence(config, seq_length, masked_positions)
 
 
 def mfu(flops_per_sequence, sequences_per_s, peak_flops_per_s):
@@ -176,16 +164,15 @@ def add_step_args(parser):
     parser.add_argument("--steps_per_repeat", type=int, default=1)
     parser.add_argument("--max_step_s", type=float, default=600.0,
                         help="skip the row if a step is estimated to take longer than this")
+    parser.add_argument("--train_flops_per_sequence", type=float, default=None,
+                        help="model FLOPs of one step per sequence (the parent passes it)")
     return parser
 
 
 def skip_reason(args, matmul_flops_per_s):
     """Why a row would take too long to measure, from its FLOPs and the
     framework's own matmul rate for its dtype on this CPU; None if it fits."""
-    shape = SHAPES[args.shape]
-    flops = args.batch_size * bert_train_flops(
-        seq_length=args.seq_length, masked_positions=args.masked_positions, **shape)
-    estimate = flops / matmul_flops_per_s
+    estimate = args.batch_size * args.train_flops_per_sequence / matmul_flops_per_s
     if estimate <= args.max_step_s:
         return None
     return (f"skipped: this framework's {args.precision} matmul runs at "
@@ -195,14 +182,12 @@ def skip_reason(args, matmul_flops_per_s):
 
 def step_record(args, timing, **extra):
     """The result record of a training-step child: timing, throughput, FLOPs, RSS."""
-    shape = SHAPES[args.shape]
     seq_per_s = args.batch_size / timing["step_s"]
     record = {
         "shape": args.shape, "batch_size": args.batch_size, "seq_length": args.seq_length,
         "masked_positions": args.masked_positions, "precision": args.precision,
         "threads": args.threads, **timing, "sequences_per_s": seq_per_s,
-        "train_flops_per_sequence": bert_train_flops(
-            seq_length=args.seq_length, masked_positions=args.masked_positions, **shape),
+        "train_flops_per_sequence": args.train_flops_per_sequence,
         "peak_rss_mib": peak_rss_mib(),
     }
     record.update(extra)

@@ -113,9 +113,9 @@ def time_phases(args, state, features, num_ranks):
 
     grads, metric_sums = state.gradients(features, totals)
 
-    @tf.function
-    def allreduce_gradients():
-        return tf.add_n([tf.reduce_sum(g) for g in distributed.allreduce_sum(grads)])
+    @tf.function  # grads as an argument: Horovod names its op after graph tensors
+    def allreduce_gradients(gradients):
+        return tf.add_n([tf.reduce_sum(g) for g in distributed.allreduce_sum(gradients)])
 
     def forward_backward():
         return state.gradients(features, totals)[1].numpy()
@@ -125,7 +125,7 @@ def time_phases(args, state, features, num_ranks):
 
     kwargs = dict(warmup=1, repeats=args.repeats)
     result = {"fwd_bwd_s": common.time_step(forward_backward, **kwargs)["step_s"],
-              "allreduce_s": common.time_step(lambda: allreduce_gradients().numpy(),
+              "allreduce_s": common.time_step(lambda: allreduce_gradients(grads).numpy(),
                                               **kwargs)["step_s"],
               "apply_update_s": common.time_step(apply_update, **kwargs)["step_s"]}
     result["optimizer_s"] = max(result["apply_update_s"] - result["allreduce_s"], 0.0)
@@ -138,7 +138,9 @@ def child_args(args, shape, precision, batch_size, threads, **extra):
     argv = ["--shape", shape, "--precision", precision, "--batch_size", batch_size,
             "--threads", threads, "--seq_length", args.seq_length,
             "--masked_positions", args.masked_positions, "--warmup", args.warmup,
-            "--repeats", args.repeats, "--max_step_s", args.max_step_s]
+            "--repeats", args.repeats, "--max_step_s", args.max_step_s,
+            "--train_flops_per_sequence",
+            common.train_flops_per_sequence(shape, args.seq_length, args.masked_positions)]
     for flag, value in extra.items():
         if value is True:
             argv.append(f"--{flag}")
@@ -355,6 +357,8 @@ def batch_size(args, shape):
 
 def save(info, peak_flops, rows, scaling):
     """Writes the results so far (a cut-short run still leaves its rows)."""
+    from bert_tf import estimate
+
     info["machine_at_end"] = common.machine_info()
     for r in rows:
         if "sequences_per_s" in r:
@@ -362,7 +366,7 @@ def save(info, peak_flops, rows, scaling):
                                   peak_flops[PEAK_DTYPE[r["precision"]]])
     payload = {"info": info, "peak_flops": peak_flops, "rows": rows, "scaling": scaling,
                "ratios": ratios(rows), "targets": targets(rows, scaling),
-               "flops_formula": common.bert_forward_flops.__doc__}
+               "flops_formula": estimate.training_flops_per_sequence.__doc__}
     common.write_results(info["results_name"], payload, render(payload))
     return payload
 

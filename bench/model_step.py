@@ -45,9 +45,7 @@ def measure_step(shape, precision, args):
 
     timing = common.time_step(lambda: forward_backward(features)[0].numpy(),
                               warmup=args.warmup, repeats=args.repeats)
-    flops = common.bert_train_flops(seq_length=args.seq_length,
-                                    masked_positions=args.masked_positions,
-                                    **common.SHAPES[shape])
+    flops = common.train_flops_per_sequence(shape, args.seq_length, args.masked_positions)
     return {"shape": shape, "precision": precision, "batch_size": args.batch_size,
             "seq_length": args.seq_length, "masked_positions": args.masked_positions,
             "xla": args.xla, **timing, "sequences_per_s": args.batch_size / timing["step_s"],

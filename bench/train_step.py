@@ -61,7 +61,9 @@ def child_command(args, shape, precision, xla, ranks):
     cmd = [sys.executable, HERE, "--child", "--shape", shape, "--precision", precision,
            "--batch_size", args.batch_size if shape == "base" else args.small_batch_size,
            "--seq_length", args.seq_length, "--masked_positions", args.masked_positions,
-           "--threads", threads, "--warmup", args.warmup, "--repeats", args.repeats]
+           "--threads", threads, "--warmup", args.warmup, "--repeats", args.repeats,
+           "--train_flops_per_sequence",
+           common.train_flops_per_sequence(shape, args.seq_length, args.masked_positions)]
     if xla:
         cmd.append("--xla")
     if ranks > 1:
