@@ -7,13 +7,13 @@ Layout as Google's vocabs: [PAD]=0, then up to 99 [unusedN], then [UNK] [CLS] [S
 the remaining [unusedN], then the learned pieces.
 """
 
-import argparse
-import glob
 import os
 import sys
 
+from absl import app, flags
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from bert_tf.pretraining_data import InputDataError, expand_patterns
 from bert_tf.tokenization import normalize_text
 
 LINES_PER_BATCH = 8192
@@ -82,44 +82,44 @@ def write_vocab(vocab, path):
         raise BuildVocabError(f"--vocab_file {path}: cannot write it ({e.strerror})") from e
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bert_tf.build_vocab", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input_files", required=True,
-                        help="comma-separated files or globs of text (e.g. format_text output)")
-    parser.add_argument("--vocab_file", required=True, help="where to write the vocabulary")
-    parser.add_argument("--vocab_size", type=int, default=30522,
-                        help="vocabulary size, reserved tokens included (smaller when the "
-                             "corpus has too few distinct pieces)")
-    parser.add_argument("--do_lower_case", action=argparse.BooleanOptionalAction, default=True,
-                        help="uncased vocab (lower-case, strip accents); use --no-do_lower_case "
-                             "for cased vocabs and for Japanese (accent stripping drops dakuten)")
-    parser.add_argument("--num_unused_tokens", type=int, default=0,
-                        help="[unusedN] placeholders (Google's vocabs have 994)")
-    parser.add_argument("--min_count", type=int, default=2,
-                        help="minimum frequency of a merged piece")
-    parser.add_argument("--max_unique_chars", type=int, default=1000,
-                        help="alphabet size: rarer characters become [UNK] (raise for CJK)")
-    args = parser.parse_args(argv)
-    files = []
-    for pattern in (p.strip() for p in args.input_files.split(",")):
-        if pattern:
-            matches = sorted(glob.glob(pattern))
-            if not matches:
-                print(f"build_vocab: error: --input_files: nothing matches {pattern!r}",
-                      file=sys.stderr)
-                return 2
-            files.extend(matches)
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("input_files", None,
+                        "Comma-separated files or globs of text (e.g. format_text output).")
+    flags.DEFINE_string("vocab_file", None, "Where to write the vocabulary.")
+    flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, reserved tokens included "
+                         "(smaller when the corpus has too few distinct pieces).")
+    flags.DEFINE_bool("do_lower_case", True,
+                      "Uncased vocab (lower-case, strip accents); --nodo_lower_case for cased "
+                      "vocabs and for Japanese (accent stripping drops dakuten).")
+    flags.DEFINE_integer("num_unused_tokens", 0,
+                         "[unusedN] placeholders (Google's vocabs have 994).")
+    flags.DEFINE_integer("min_count", 2, "Minimum frequency of a merged piece.")
+    flags.DEFINE_integer("max_unique_chars", 1000,
+                         "Alphabet size: rarer characters become [UNK] (raise for CJK).")
+    flags.mark_flags_as_required(["input_files", "vocab_file"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
-        vocab = build_vocab(files, args.vocab_size, args.do_lower_case, args.num_unused_tokens,
-                            args.min_count, args.max_unique_chars)
-        write_vocab(vocab, args.vocab_file)
+        vocab = build_vocab(expand_patterns(FLAGS.input_files), FLAGS.vocab_size,
+                            FLAGS.do_lower_case, FLAGS.num_unused_tokens, FLAGS.min_count,
+                            FLAGS.max_unique_chars)
+        write_vocab(vocab, FLAGS.vocab_file)
+    except InputDataError as e:
+        print(f"build_vocab: error: --input_files: {e}", file=sys.stderr)
+        return 2
     except BuildVocabError as e:
         print(f"build_vocab: error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {len(vocab)} tokens to {args.vocab_file}")
+    print(f"wrote {len(vocab)} tokens to {FLAGS.vocab_file}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

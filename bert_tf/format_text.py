@@ -14,12 +14,13 @@ Documents are dealt round-robin to the shards, so every shard mixes all input fi
 create_pretraining_data.py finds "random next" segments from other books in each shard.
 """
 
-import argparse
-import glob
 import os
 import sys
 
 import blingfire
+from absl import app, flags
+
+from bert_tf.pretraining_data import InputDataError, expand_patterns
 
 # Characters between which a line break is not a word break (CJK ideographs, kana, CJK
 # punctuation and full-width forms).
@@ -111,16 +112,6 @@ def line_documents(text):
             yield [line.strip()]
 
 
-def expand_inputs(patterns):
-    files = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern))
-        if not matches:
-            raise FormatTextError(f"--input_files: nothing matches {pattern!r}")
-        files.extend(matches)
-    return files
-
-
 def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs",
                  max_document_chars=20000, min_document_chars=200):
     """Writes output_dir/part-XXXXX-of-NNNNN.txt; returns statistics."""
@@ -165,32 +156,41 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
     return stats
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bert_tf.format_text", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input_files", required=True,
-                        help="comma-separated files or globs of UTF-8 text")
-    parser.add_argument("--output_dir", required=True, help="where the shards are written")
-    parser.add_argument("--num_shards", type=int, default=1, help="number of output files")
-    parser.add_argument("--input_format", choices=["paragraphs", "lines"], default="paragraphs",
-                        help="paragraphs: hard-wrapped text, blank lines between paragraphs; "
-                             "lines: one document per line")
-    parser.add_argument("--max_document_chars", type=int, default=20000,
-                        help="paragraphs format: cut a longer section into documents")
-    parser.add_argument("--min_document_chars", type=int, default=200,
-                        help="paragraphs format: merge a shorter section into the next one")
-    args = parser.parse_args(argv)
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("input_files", None, "Comma-separated files or globs of UTF-8 text.")
+    flags.DEFINE_string("output_dir", None, "Where the shards are written.")
+    flags.DEFINE_integer("num_shards", 1, "Number of output files.", lower_bound=1)
+    flags.DEFINE_enum("input_format", "paragraphs", ["paragraphs", "lines"],
+                      "paragraphs: hard-wrapped text, blank lines between paragraphs; "
+                      "lines: one document per line.")
+    flags.DEFINE_integer("max_document_chars", 20000,
+                         "paragraphs format: cut a longer section into documents.")
+    flags.DEFINE_integer("min_document_chars", 200,
+                         "paragraphs format: merge a shorter section into the next one.")
+    flags.mark_flags_as_required(["input_files", "output_dir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
-        files = expand_inputs([p for p in args.input_files.split(",") if p.strip()])
-        stats = format_files(files, args.output_dir, args.num_shards, args.input_format,
-                             args.max_document_chars, args.min_document_chars)
+        files = expand_patterns(FLAGS.input_files)
+        stats = format_files(files, FLAGS.output_dir, FLAGS.num_shards, FLAGS.input_format,
+                             FLAGS.max_document_chars, FLAGS.min_document_chars)
+    except InputDataError as e:
+        print(f"format_text: error: --input_files: {e}", file=sys.stderr)
+        return 2
     except FormatTextError as e:
         print(f"format_text: error: {e}", file=sys.stderr)
         return 2
     print(f"{stats['files']} files -> {stats['documents']} documents, {stats['sentences']} "
-          f"sentences in {args.num_shards} shard(s) under {args.output_dir}")
+          f"sentences in {FLAGS.num_shards} shard(s) under {FLAGS.output_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)

@@ -119,13 +119,16 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
 
 
 def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predictions_per_seq,
-                        is_training=True, rank=0, num_ranks=1, seed=12345, dynamic_masking=None):
+                        is_training=True, rank=0, num_ranks=1, seed=12345, dynamic_masking=None,
+                        skip_batches=0):
     """Batches of pretraining features, [B,S]/[B,P] int32 (masked_lm_weights float32) and
     next_sentence_labels [B]; drop_remainder=True.
 
     Training: this rank's share (whole files when there are at least as many files as ranks,
     else every num_ranks-th record), shuffled, repeated forever; the same arguments give the same
-    batches in every run, so a resumed run can `.skip(steps_done)`. Eval: one pass, in order.
+    batches in every run. `skip_batches` resumes that sequence after so many batches: it drops
+    raw records before they are parsed (much cheaper than skipping parsed batches, though still
+    a read of the skipped data). Eval: one pass, in order.
     """
     files = check_record_shapes(expand_patterns(input_patterns), max_seq_length,
                                 max_predictions_per_seq)
@@ -144,6 +147,8 @@ def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predicti
         if not shard_by_file:
             dataset = dataset.shard(num_ranks, rank)
         dataset = dataset.shuffle(max(100, 10 * batch_size), seed=seed + 1)
+        # The stream repeats forever, so batch i is always records [i*B, (i+1)*B).
+        dataset = dataset.skip(skip_batches * batch_size)
     else:
         dataset = tf.data.TFRecordDataset(dataset)
         if num_ranks > 1:
@@ -152,8 +157,8 @@ def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predicti
     dataset = dataset.map(lambda records: _to_model_types(tf.io.parse_example(records, spec)),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if dynamic_masking is not None:
-        # Seeded by (seed, rank, batch index): reproducible, and right after a resume's skip().
-        dataset = dataset.enumerate().map(
+        # Seeded by (seed, rank, batch index): reproducible, and the same after a resume.
+        dataset = dataset.enumerate(start=skip_batches if is_training else 0).map(
             lambda index, batch: apply_dynamic_masking(
                 batch, dynamic_masking, max_predictions_per_seq,
                 tf.stack([tf.constant(seed * 1009 + rank, tf.int64), index])),

@@ -84,6 +84,9 @@ class PretrainingState(tf.Module):
         self.gradients = tf.function(self._gradients, jit_compile=config.use_xla)
         self.accumulate = tf.function(self._accumulate, jit_compile=config.use_xla)
         self.apply_update = tf.function(self._apply_update)
+        # Called from apply_update after the allreduce, so it can be compiled: XLA fuses the
+        # optimizer's per-variable elementwise passes (LAMB, BERT-base, CPU: 0.92 -> 0.61 s).
+        self.apply_optimizer = tf.function(self.optimizer.apply, jit_compile=config.use_xla)
 
     def checkpoint_variables(self) -> dict[str, tf.Variable]:
         return {**self.params, **self.optimizer.slots_by_name(),
@@ -133,7 +136,7 @@ class PretrainingState(tf.Module):
             self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
             num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
         if finite:
-            self.optimizer.apply(clipped, learning_rate, self.global_step)
+            self.apply_optimizer(clipped, learning_rate, self.global_step)
             self.global_step.assign_add(1)
         self.loss_scale.update(finite)
         return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
@@ -212,13 +215,15 @@ def run(config: PretrainingConfig) -> dict:
     return summary
 
 
-def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=None):
-    """This rank's training micro-batches from the start of the data (a resumed run skips
-    the input position); with `masking`, masks are chosen per batch, seeded by its index."""
+def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=None,
+                  skip_batches=0):
+    """This rank's training micro-batches after the first `skip_batches` (a resumed run's input
+    position); with `masking`, masks are chosen per batch, seeded by its index."""
     return input_pipeline.pretraining_dataset(
         files, batch_size=config.train_batch_size, max_seq_length=config.max_seq_length,
         max_predictions_per_seq=config.max_predictions_per_seq, is_training=True,
-        rank=rank, num_ranks=num_ranks, seed=config.seed, dynamic_masking=masking)
+        rank=rank, num_ranks=num_ranks, seed=config.seed, dynamic_masking=masking,
+        skip_batches=skip_batches)
 
 
 def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_ranks,
@@ -232,8 +237,8 @@ def _train(state: PretrainingState, config: PretrainingConfig, files, rank, num_
     if len(files) < num_ranks:
         _log(primary, f"{len(files)} input file(s) for {num_ranks} ranks: sharding by record "
              "(more files than ranks reads faster)")
-    dataset = train_dataset(config, files, rank, num_ranks, masking)
-    batches = iter(dataset.skip(int(state.input_position.numpy())))
+    batches = iter(train_dataset(config, files, rank, num_ranks, masking,
+                                 skip_batches=int(state.input_position.numpy())))
 
     writer = (tf.summary.create_file_writer(config.output_dir) if primary
               else tf.summary.create_noop_writer())

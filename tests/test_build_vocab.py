@@ -1,8 +1,11 @@
 """build_vocab: a WordPiece vocab for a new language (Japanese) and Google's special layout."""
 
+import subprocess
+import sys
+
 import pytest
 
-from bert_tf.build_vocab import BuildVocabError, build_vocab, main, write_vocab
+from bert_tf.build_vocab import BuildVocabError, build_vocab, write_vocab
 from bert_tf.format_text import format_files
 from bert_tf.tokenization import FullTokenizer
 
@@ -26,7 +29,7 @@ def test_japanese_vocab(shared_data, tmp_path):
     assert tokenizer.tokenize("パッケージをインストールします。")[-1] == "。"
 
 
-def test_google_layout_uncased_and_errors(shared_data, tmp_path, capsys):
+def test_google_layout_uncased_and_errors(shared_data, tmp_path):
     book = shared_data / "corpora/gutenberg/carroll-alice.txt"
     vocab = build_vocab([book], vocab_size=2000, do_lower_case=True, num_unused_tokens=994)
     assert vocab[0] == "[PAD]" and vocab[1] == "[unused0]" and vocab[99] == "[unused98]"
@@ -35,6 +38,8 @@ def test_google_layout_uncased_and_errors(shared_data, tmp_path, capsys):
     assert "the" in vocab and "The" not in vocab
     with pytest.raises(BuildVocabError, match="--vocab_size=50"):
         build_vocab([book], vocab_size=50, num_unused_tokens=40)
-    assert main(["--input_files", str(tmp_path / "none*.txt"),
-                 "--vocab_file", str(tmp_path / "v.txt")]) == 2
-    assert "--input_files: nothing matches" in capsys.readouterr().err
+    result = subprocess.run([sys.executable, "-m", "bert_tf.build_vocab", "--input_files",
+                             str(tmp_path / "none*.txt"), "--vocab_file", str(tmp_path / "v.txt")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and not (tmp_path / "v.txt").exists()
+    assert "--input_files: no input files match" in result.stderr and "none*.txt" in result.stderr

@@ -72,4 +72,5 @@ def test_lines_format_undecodable_bytes_and_errors(tmp_path, capsys):
                              str(tmp_path / "nothing*.txt"), "--output_dir", str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert "nothing matches" in result.stderr and "nothing*.txt" in result.stderr
+    assert "--input_files: no input files match" in result.stderr
+    assert "nothing*.txt" in result.stderr

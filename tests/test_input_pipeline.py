@@ -72,8 +72,8 @@ def test_training_shards_by_file_and_by_record_and_is_deterministic(four_files):
     assert first == record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=3), 30)
     assert first != record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=4), 30)
     assert first[:40] != sorted(first[:40])  # shuffled
-    # Resume: skip(n) continues the same sequence.
-    resumed = ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=3).skip(10)
+    # Resume: skip_batches=n continues the same sequence.
+    resumed = ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, seed=3, skip_batches=10)
     assert record_numbers(resumed, 20) == first[10 * BATCH:]
 
 
@@ -137,6 +137,15 @@ def test_dynamic_masking_statistics(shared_data, tmp_path):
                                            dynamic_masking=masking, seed=5) for _ in range(2))
     for a, b in zip(first.take(3), again.take(3), strict=True):
         np.testing.assert_array_equal(a["masked_lm_positions"], b["masked_lm_positions"])
+    # A resumed pipeline gives the batches, masks included, that an uninterrupted one gives
+    # (each a new pipeline: a second pass over one dataset object reshuffles).
+    uninterrupted, resumed = (
+        ip.pretraining_dataset(str(tmp_path / "u.tfrecord"), 64, SEQ, PRED,
+                               dynamic_masking=masking, seed=5, skip_batches=skip)
+        for skip in (0, 2))
+    for a, b in zip(uninterrupted.skip(2).take(2), resumed.take(2), strict=True):
+        for name in ("input_ids", "masked_lm_positions", "masked_lm_ids"):
+            np.testing.assert_array_equal(a[name], b[name])
     # Records recur across epochs with fresh masks.
     assert records_seen > 1.5 * num_records
     assert sum(len(masks) > 1 for masks in masks_by_record.values()) > num_records // 2

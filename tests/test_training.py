@@ -269,6 +269,23 @@ def test_dynamic_masking_trains_with_new_masks_every_epoch(data, unmasked_train,
     assert differing >= 0.9 * len(repeated), f"{differing} of {len(repeated)}"
 
 
+def test_xla_updates_match_the_uncompiled_ones(data, tmp_path):
+    """--use_xla compiles forward/backward and the optimizer apply (Horovod ops stay out):
+    same weights as without XLA after a few LAMB updates, to float rounding."""
+    weights = {}
+    for use_xla in (False, True):
+        output_dir = tmp_path / f"xla_{use_xla}"
+        training.run(_config(data, output_dir, use_xla=use_xla, num_train_steps=3,
+                             save_checkpoints_steps=3, optimizer_type="lamb"))
+        weights[use_xla] = checkpoint_values(output_dir / "model.ckpt-3")
+    assert weights[True].keys() == weights[False].keys()
+    moved = 0
+    for name, value in weights[False].items():
+        np.testing.assert_allclose(weights[True][name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+        moved += name.endswith("/adam_m") and np.abs(value).max() > 0
+    assert moved > 10  # the optimizer really ran (its first moments are non-zero)
+
+
 def test_dynamic_masking_flag_errors(data, unmasked_train, tmp_path):
     dynamic = dict(input_files=str(unmasked_train), dynamic_masking=True)
     with pytest.raises(PretrainingConfigError, match="--vocab_file is required with "
