@@ -251,6 +251,9 @@ def main():
     parser.set_defaults(max_step_s=120.0, warmup=1, repeats=3)
     args = parser.parse_args()
     if args.child == "ours":
+        if args.train_flops_per_sequence is None:  # run by hand or by gpu_check.sh
+            args.train_flops_per_sequence = common.train_flops_per_sequence(
+                args.shape, args.seq_length, args.masked_positions)
         return ours_step(args)
     if args.child == "peaks":
         return measure_peaks(args)

@@ -117,10 +117,12 @@ def rate(flops_per_s):
 
 
 print(f"\n{gpu}: measured matmul peak " + ", ".join(f"{k} {rate(v)}" for k, v in peaks.items()))
+missing = []
 for precision in precisions:
     r = (log / precision).exists() and record(precision)
     if not r or "sequences_per_s" not in r:
         print(f"{precision}: no result ({(r or {}).get('skipped', 'failed, see above')})")
+        missing.append(precision)
         continue
     achieved = r["sequences_per_s"] * r["train_flops_per_sequence"]
     dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
@@ -131,4 +133,5 @@ for precision in precisions:
     if nominal:
         line += f", {achieved / nominal:.1%} of nominal {nominal / 1e12:.0f} TFLOP/s"
     print(line)
+sys.exit(1 if missing else 0)  # a precision without a figure fails the check
 EOF
