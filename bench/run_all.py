@@ -10,6 +10,7 @@ data-creation comparison (bench/create_data.py) and our update's throughput matr
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,10 +56,13 @@ def main():
 
     sections = [f"# bert_tf benchmarks\n\nRun at {common.machine_info()['time_utc']} with "
                 f"`{' '.join(sys.argv)}`.\n"]
-    for name in parts:
+    for name in PARTS:  # a part not run now keeps its last results, marked as such
         result = common.RESULTS_DIR / f"{name}.md"
         if result.exists():
-            sections.append(result.read_text())
+            earlier = "" if name in parts else (
+                f"_{name}: from an earlier run, written "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(result.stat().st_mtime))}_\n\n")
+            sections.append(earlier + result.read_text())
     paths = common.write_results("summary", {"parts": parts, "failed": failed},
                                  "\n\n".join(sections))
     print(f"[run_all] wrote {paths[1]}", file=sys.stderr)
