@@ -90,13 +90,13 @@ def main():
         tiny, tiny2 = tmp / "tiny.txt", tmp / "tiny2.txt"
         tiny.write_text("\n".join(lines[:40]) + "\n", encoding="utf-8")
         tiny2.write_text("\n".join(lines[40:80]) + "\n", encoding="utf-8")
-        if args.reference_lines:
-            subset = [tmp / "subset.txt"]
-            subset[0].write_text("\n".join(lines[:args.reference_lines]) + "\n",
-                                 encoding="utf-8")
-            subset_mb = subset[0].stat().st_size / 1e6
+        if args.reference_lines:  # a quick run: both on the first lines only
+            same_input = [tmp / "subset.txt"]
+            same_input[0].write_text("\n".join(lines[:args.reference_lines]) + "\n",
+                                     encoding="utf-8")
+            same_input_mb = same_input[0].stat().st_size / 1e6
         else:
-            subset, subset_mb = shards, corpus_mb
+            same_input, same_input_mb = shards, corpus_mb
         common_flags = [f"--vocab_file={args.vocab_file}", "--do_lower_case=true",
                         f"--dupe_factor={args.dupe_factor}", "--max_seq_length=128",
                         "--max_predictions_per_seq=20"]
@@ -126,9 +126,9 @@ def main():
 
         # Start-up (interpreter, TensorFlow, vocab) measured on 40 lines and subtracted below.
         results.append(reference("reference_startup", [tiny], 0.0))
-        results.append(reference("reference_same_input", subset, subset_mb))
+        results.append(reference("reference_same_input", same_input, same_input_mb))
         results.append(ours("ours_startup", [tiny], 0.0, 1))
-        results.append(ours("ours_same_input", subset, subset_mb, 1))
+        results.append(ours("ours_same_input", same_input, same_input_mb, 1))
         # Two tiny inputs, so that 2 workers really start (one input runs in-process).
         results.append(ours("ours_startup_2w", [tiny, tiny2], 0.0, 2))
         runs = {1: [], 2: []}
@@ -172,10 +172,10 @@ def main():
         ["run", "implementation", "workers", "input MB", "instances", "wall s", "instances/s",
          "instances/CPU-s", "input MB/s", "peak RSS MiB"], rows)
     summary = "\n".join(f"{k}: {v:.2f}x" for k, v in ratios.items())
-    subset_text = (f"the first {args.reference_lines} lines of" if args.reference_lines
-                   else "all of")
+    input_text = (f"the first {args.reference_lines} lines of" if args.reference_lines
+                  else "all of")
     note = (f"dupe_factor={args.dupe_factor}, max_seq_length=128; reference and ours_same_input use "
-            f"{subset_text} the formatted corpus ({subset_mb:.2f} MB); "
+            f"{input_text} the formatted corpus ({same_input_mb:.2f} MB); "
             "wall times include interpreter and TensorFlow start-up (the *_startup runs on 40 "
             "lines measure it: net-of-startup rates subtract them); ours_full_* are the median of "
             f"{args.repeats} alternated runs; peak RSS is the largest single process.")
