@@ -37,6 +37,6 @@ RUN grep -vE '^(tensorflow|tensorflow-cpu|tensorflow-text|horovod|mpi4py)[=<>]' 
 
 COPY . .
 RUN pip install --no-cache-dir --no-deps . \
-    && python -c 'import bert_tf.doctor, bert_tf.estimate'
+    && python -c 'import bert_tf.tools.doctor, bert_tf.tools.estimate'
 
-CMD ["python", "-m", "bert_tf.doctor"]
+CMD ["python", "-m", "bert_tf", "doctor"]

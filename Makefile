@@ -18,7 +18,7 @@ test: lint
 	$(PY) -m pytest -q tests
 
 demo: venv
-	$(PY) -m bert_tf.demo
+	$(PY) -m bert_tf demo
 
 bench: venv
 	$(PY) bench/run_all.py

@@ -6,7 +6,7 @@ import sys
 
 from absl import app, flags
 
-from bert_tf import pretraining_data
+from bert_tf.data import pretraining_data
 
 flags.DEFINE_string("input_file", None,
                     "Input text file(s): comma-separated list of files or globs. Each file is one "
@@ -40,7 +40,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    from bert_tf.tokenization import VocabError
+    from bert_tf.data.tokenization import VocabError
 
     config = pretraining_data.InstanceConfig(
         max_seq_length=FLAGS.max_seq_length, max_predictions_per_seq=FLAGS.max_predictions_per_seq,

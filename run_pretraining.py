@@ -1,4 +1,4 @@
-"""Pretrain BERT: parses the flags (bert_tf/flags.py) and runs bert_tf.training.
+"""Pretrain BERT: parses the flags (bert_tf/train/config.py) and runs bert_tf.train.loop.
 
     horovodrun -np 4 python run_pretraining.py --flagfile=launch/... --output_dir=...
 
@@ -7,17 +7,19 @@ Rerunning the same command resumes from the latest checkpoint in --output_dir.
 
 from absl import app, flags
 
-from bert_tf import flags as pretraining_flags
-from bert_tf import training
+import bert_tf
 
-pretraining_flags.define_pretraining_flags()
-flags.adopt_module_key_flags(pretraining_flags)  # so --help lists them
+bert_tf.use_onednn_by_default()  # before TensorFlow is imported
+from bert_tf.train import config, loop  # noqa: E402
+
+config.define_pretraining_flags()
+flags.adopt_module_key_flags(config)  # so --help lists them
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    training.main(pretraining_flags.pretraining_config_from_flags(flags.FLAGS))
+    loop.main(config.pretraining_config_from_flags(flags.FLAGS))
 
 
 if __name__ == "__main__":

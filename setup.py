@@ -9,6 +9,7 @@ setup(
     version="0.1.0",
     description="Pretrain BERT from scratch with TensorFlow 2 and Horovod",
     packages=find_packages(include=["bert_tf", "bert_tf.*"]),
+    package_data={"bert_tf.analysis": ["attention.html"]},
     py_modules=["run_pretraining", "create_pretraining_data"],
     python_requires=">=3.10",
 )

@@ -78,11 +78,11 @@ def synthetic_batch(batch_size, seq_length, masked_positions, vocab_size=VOCAB_S
 
 def train_flops_per_sequence(shape, seq_length, masked_positions):
     """FLOPs of one training step per sequence for a named shape, by the formula
-    bert_tf.estimate and the doctor use (MLM head on the masked positions only).
+    bert_tf.tools.estimate and the doctor use (MLM head on the masked positions only).
     Parents call this in the project's venv and pass the figure to every child,
     peers included, so all rows are credited the same FLOPs."""
-    from bert_tf.config import BertConfig
-    from bert_tf.estimate import training_flops_per_sequence
+    from bert_tf.model.config import BertConfig
+    from bert_tf.tools.estimate import training_flops_per_sequence
 
     config = BertConfig(vocab_size=VOCAB_SIZE,
                         **{k: v for k, v in SHAPES[shape].items() if k != "name"})

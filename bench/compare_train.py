@@ -8,7 +8,7 @@ bench/setup_peers.sh. A measured TensorFlow matmul peak (fp32 and bf16, same
 run, same threads) turns sequences/s into model FLOPs utilisation (MFU).
 
 Ours is timed through the training module's own update,
-`bert_tf.training.PretrainingState.update` (forward/backward compiled with XLA
+`bert_tf.train.loop.PretrainingState.update` (forward/backward compiled with XLA
 when on, then allreduce, clip and the optimizer step) - the code
 run_pretraining.py runs - with AdamW, like both peers.
 
@@ -59,14 +59,16 @@ def ours_step(args):
     """Child (also one Horovod rank): times PretrainingState.update on a fixed batch,
     and with --phases each part of it: forward/backward, gradient allreduce,
     and the rest of apply_update (clip + optimizer)."""
-    import bert_tf  # noqa: F401  before TensorFlow loads, as run_pretraining.py imports it
+    import bert_tf
+
+    bert_tf.use_onednn_by_default()  # before TensorFlow loads, as run_pretraining.py does
     common.configure_tf_threads(args.threads)
     import tensorflow as tf
 
-    from bert_tf import distributed
-    from bert_tf.config import BertConfig
-    from bert_tf.flags import PretrainingConfig
-    from bert_tf.training import PretrainingState
+    from bert_tf.model.config import BertConfig
+    from bert_tf.train import distributed
+    from bert_tf.train.config import PretrainingConfig
+    from bert_tf.train.loop import PretrainingState
 
     distributed.init()
     rank, num_ranks = distributed.rank(), distributed.size()
@@ -98,7 +100,7 @@ def ours_step(args):
         extra["allreduce_share"] = extra["allreduce_s"] / timing["step_s"]
     common.print_json(common.step_record(
         args, timing, framework=OURS, xla=args.xla, optimizer=args.optimizer, rank=rank,
-        num_ranks=num_ranks, step_function="bert_tf.training.PretrainingState.update",
+        num_ranks=num_ranks, step_function="bert_tf.train.loop.PretrainingState.update",
         versions={"tensorflow": tf.__version__}, loss=step(), **extra))
 
 
@@ -106,7 +108,7 @@ def time_phases(args, state, features, num_ranks):
     """Seconds per call of each part of an update, timed apart (each blocks)."""
     import tensorflow as tf
 
-    from bert_tf import distributed
+    from bert_tf.train import distributed
 
     totals = tf.constant([float(args.masked_positions * args.batch_size * num_ranks),
                           float(args.batch_size * num_ranks)])
@@ -360,7 +362,7 @@ def batch_size(args, shape):
 
 def save(info, peak_flops, rows, scaling):
     """Writes the results so far (a cut-short run still leaves its rows)."""
-    from bert_tf import estimate
+    from bert_tf.tools import estimate
 
     info["machine_at_end"] = common.machine_info()
     for r in rows:

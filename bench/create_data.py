@@ -76,8 +76,8 @@ def main():
     if not Path(args.reference_python).exists():
         raise SystemExit(f"error: no Model Garden venv at {args.reference_python}; create it "
                          f"with: {REFERENCE_SETUP}")
-    from bert_tf.format_text import format_files
-    from bert_tf.pretraining_data import expand_patterns
+    from bert_tf.data.files import expand_patterns
+    from bert_tf.data.format_text import format_files
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     rows, results = [], []

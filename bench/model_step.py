@@ -1,4 +1,4 @@
-"""Forward+backward speed of bert_tf.modeling alone (no optimizer, no Horovod):
+"""Forward+backward speed of bert_tf.model.modeling alone (no optimizer, no Horovod):
 seconds per step, sequences/s and model FLOPs utilisation (MFU) against a
 matmul peak measured in the same run, for BERT-base and a small config at
 fp32 and bf16:
@@ -27,8 +27,8 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def measure_step(shape, precision, args):
     import tensorflow as tf
 
-    from bert_tf.config import BertConfig
-    from bert_tf.modeling import BertForPreTraining, pretraining_loss
+    from bert_tf.model.config import BertConfig
+    from bert_tf.model.modeling import BertForPreTraining, pretraining_loss
 
     config = BertConfig(vocab_size=common.VOCAB_SIZE,
                         **{k: v for k, v in common.SHAPES[shape].items() if k != "name"})

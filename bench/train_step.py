@@ -1,4 +1,4 @@
-"""Training throughput of the real update (bert_tf.training.PretrainingState:
+"""Training throughput of the real update (bert_tf.train.loop.PretrainingState:
 forward/backward, Horovod allreduce, clipping, LAMB step) in sequences/s for
 BERT-base and a small config at fp32 / bf16, with and without XLA, on 1 rank
 and on 2 ranks (horovodrun --gloo), all in one run:
@@ -24,14 +24,16 @@ VENV_BIN = Path(sys.executable).parent
 
 def child(args) -> None:
     """One measurement (every rank runs this; rank 0 prints the record)."""
-    import bert_tf  # noqa: F401  before TensorFlow loads, as run_pretraining.py imports it
+    import bert_tf
+
+    bert_tf.use_onednn_by_default()  # before TensorFlow loads, as run_pretraining.py does
     common.configure_tf_threads(args.threads)
     import tensorflow as tf
 
-    from bert_tf import distributed
-    from bert_tf.config import BertConfig
-    from bert_tf.flags import PretrainingConfig
-    from bert_tf.training import PretrainingState
+    from bert_tf.model.config import BertConfig
+    from bert_tf.train import distributed
+    from bert_tf.train.config import PretrainingConfig
+    from bert_tf.train.loop import PretrainingState
 
     distributed.init()
     shape = {k: v for k, v in common.SHAPES[args.shape].items() if k != "name"}

@@ -4,9 +4,14 @@ import os
 
 __version__ = "0.1.0"
 
-# Before TensorFlow loads (it reads this once): TF turns its oneDNN CPU kernels on by default
-# only on CPUs with AVX512_VNNI/AVX512_BF16/AMX, yet on an AVX2-only CPU they run a BERT-base
-# forward/backward about 1.2x faster than the default Eigen kernels (bench/compare_train.py),
-# and the CPU bfloat16 mixed-precision rewrite (--precision=amp) exists only with them.
-# An explicit TF_ENABLE_ONEDNN_OPTS=0 in the environment wins.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+def use_onednn_by_default() -> None:
+    """Turns TensorFlow's oneDNN CPU kernels on unless the environment says otherwise.
+
+    Call it before TensorFlow is imported (TF reads the variable once, at import); the entry
+    points do. TF enables oneDNN by default only on CPUs with AVX512_VNNI/AVX512_BF16/AMX, yet
+    on an AVX2-only CPU it runs a BERT-base forward/backward about 1.2x faster than the Eigen
+    kernels (bench/compare_train.py), and the CPU bfloat16 mixed-precision rewrite
+    (--precision=amp) exists only with it. An explicit TF_ENABLE_ONEDNN_OPTS=0 wins.
+    """
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

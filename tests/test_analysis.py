@@ -1,4 +1,4 @@
-"""Attention statistics (bert_tf.analysis) on hand-made maps with known answers."""
+"""Attention statistics (bert_tf.statistics.statistics) on hand-made maps with known answers."""
 
 import base64
 import json
@@ -8,9 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from bert_tf import analysis
-from bert_tf.analyze_attention import build_segments, conllu_segments
-from bert_tf.attention_plots import write_attention_html
+from bert_tf.analysis import statistics
+from bert_tf.analysis.analyze_attention import build_segments, conllu_segments
+from bert_tf.analysis.plots import write_attention_html
+from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
 
 TOKENS = ["[CLS]", "the", "cat", ".", "[SEP]", "a", ",", "dog", "[SEP]"]
 N = len(TOKENS)
@@ -35,7 +36,7 @@ def hand_made_heads():
 
 
 def test_segment_statistics_known_answers():
-    stats = analysis.segment_statistics(hand_made_heads(), TOKENS)
+    stats = statistics.segment_statistics(hand_made_heads(), TOKENS)
     expected = {
         #               to_cls     to_next  uniform    to_seps
         "cls":          [1,         0,       1 / N,     0],
@@ -51,27 +52,27 @@ def test_segment_statistics_known_answers():
         "entropy":      [0,         0,       math.log(N), math.log(2)],
         "cls_entropy":  [0,         0,       math.log(N), math.log(2)],
     }
-    assert set(stats) == set(analysis.STATISTICS)
+    assert set(stats) == set(statistics.STATISTICS)
     for name, values in expected.items():
         np.testing.assert_allclose(stats[name][0], values, atol=1e-12, err_msg=name)
 
 
 def test_statistics_undefined_without_the_token_are_left_out():
     tokens = ["a", "b", "c"]
-    stats = analysis.segment_statistics(np.full((1, 1, 3, 3), 1 / 3), tokens)
+    stats = statistics.segment_statistics(np.full((1, 1, 3, 3), 1 / 3), tokens)
     assert "sep_to_sep" not in stats and "cls_entropy" not in stats
     np.testing.assert_allclose(stats["sep"], 0.0)
     with pytest.raises(ValueError, match="4 tokens"):
-        analysis.segment_statistics(np.full((1, 1, 3, 3), 1 / 3), tokens + ["d"])
+        statistics.segment_statistics(np.full((1, 1, 3, 3), 1 / 3), tokens + ["d"])
 
 
 def test_head_statistics_average_segments_equally():
-    accumulator = analysis.HeadStatistics(1, 4)
+    accumulator = statistics.HeadStatistics(1, 4)
     accumulator.add(hand_made_heads(), TOKENS)
     short = ["[CLS]", "x", "[SEP]"]
     accumulator.add(np.full((1, 4, 3, 3), 1 / 3), short)
     means = accumulator.means()
-    first = analysis.segment_statistics(hand_made_heads(), TOKENS)
+    first = statistics.segment_statistics(hand_made_heads(), TOKENS)
     np.testing.assert_allclose(means["cls"][0], (first["cls"][0] + 1 / 3) / 2)
     np.testing.assert_allclose(means["entropy"][0], (first["entropy"][0] + math.log(3)) / 2)
     assert accumulator.uniform_entropy == pytest.approx((math.log(N) + math.log(3)) / 2)
@@ -82,14 +83,14 @@ def test_head_statistics_average_segments_equally():
 
 def test_word_level_conversion_sums_to_and_averages_from():
     tokens = ["[CLS]", "play", "##ing", "x", "[SEP]"]
-    word_ids = analysis.word_ids_from_pieces(tokens)
+    word_ids = statistics.word_ids_from_pieces(tokens)
     assert word_ids == [0, 1, 1, 2, 3]
-    assert analysis.words_from_pieces(tokens, word_ids) == ["[CLS]", "playing", "x", "[SEP]"]
-    assert analysis.word_ids_from_pieces(["[CLS]", "##a", "b"]) == [0, 1, 2]
+    assert statistics.words_from_pieces(tokens, word_ids) == ["[CLS]", "playing", "x", "[SEP]"]
+    assert statistics.word_ids_from_pieces(["[CLS]", "##a", "b"]) == [0, 1, 2]
     rng = np.random.default_rng(0)
     maps = rng.random((2, 3, 5, 5))
     maps /= maps.sum(-1, keepdims=True)
-    words = analysis.to_word_attention(maps, word_ids)
+    words = statistics.to_word_attention(maps, word_ids)
     assert words.shape == (2, 3, 4, 4)
     np.testing.assert_allclose(words.sum(-1), 1.0)
     # to "playing" = sum of the two pieces' columns; from it = mean of their rows.
@@ -104,7 +105,7 @@ def test_js_divergence_between_constructed_heads():
     to_next = one_hot_rows([min(i + 1, N - 1) for i in range(N)])
     uniform = np.full((N, N), 1.0 / N)
     heads = np.stack([to_cls, to_cls, to_next, uniform])[None]  # [1 layer, 4 heads]
-    distances = analysis.HeadDistances(4)
+    distances = statistics.HeadDistances(4)
     distances.add(heads)
     js = distances.divergences()
     np.testing.assert_allclose(js, js.T)
@@ -122,7 +123,7 @@ def test_js_row_sampling_is_unbiased_for_identical_rows():
     rng = np.random.default_rng(1)
     row_a, row_b = rng.dirichlet(np.ones(N)), rng.dirichlet(np.ones(N))
     heads = np.stack([np.tile(row_a, (N, 1)), np.tile(row_b, (N, 1))])[None]
-    full, sampled = analysis.HeadDistances(2), analysis.HeadDistances(2, rows_per_segment=3)
+    full, sampled = statistics.HeadDistances(2), statistics.HeadDistances(2, rows_per_segment=3)
     full.add(heads)
     sampled.add(heads)
     assert sampled.num_rows == 3
@@ -132,18 +133,18 @@ def test_js_row_sampling_is_unbiased_for_identical_rows():
 def test_classical_mds_recovers_planar_configuration():
     points = np.array([[0, 0], [3, 0], [0, 4], [1, 1], [-2, 5.0]])
     distances = np.linalg.norm(points[:, None] - points[None], axis=-1)
-    embedded = analysis.classical_mds(distances)
+    embedded = statistics.classical_mds(distances)
     recovered = np.linalg.norm(embedded[:, None] - embedded[None], axis=-1)
     np.testing.assert_allclose(recovered, distances, atol=1e-9)
 
 
 def test_head_behaviours():
     shape = (1, 4)
-    means = {name: np.zeros(shape) for name in analysis.STATISTICS}
+    means = {name: np.zeros(shape) for name in statistics.STATISTICS}
     means["sep"][0, 0] = 0.9
     means["next"][0, 1] = 0.6
     means["entropy"][0] = [0.1, 0.1, 2.0, 0.1]
-    labels = analysis.head_behaviours(means, uniform_entropy=2.2)
+    labels = statistics.head_behaviours(means, uniform_entropy=2.2)
     assert labels.tolist() == [["[SEP]", "next token", "broad", "other"]]
 
 
@@ -154,7 +155,7 @@ def test_attention_gradients_by_attended_token():
     gradient[..., tokens == "[SEP]"] = -1.0
     gradient[..., (tokens == ".") | (tokens == ",")] = 2.0
     gradient[..., ~np.isin(tokens, ["[CLS]", "[SEP]", ".", ","])] = 3.0
-    accumulator = analysis.AttentionGradients(1, 1)
+    accumulator = statistics.AttentionGradients(1, 1)
     accumulator.add(gradient, TOKENS)
     accumulator.add(gradient * 3, TOKENS)
     means = accumulator.means()
@@ -180,7 +181,7 @@ CONLLU = """# sent_id = 1
 def test_read_conllu(tmp_path):
     path = tmp_path / "gold.conllu"
     path.write_text(CONLLU, encoding="utf-8")
-    first, second = analysis.read_conllu(str(path))
+    first, second = read_conllu(str(path))
     assert first.words == ["The", "cat", "'s", "sat", "."]
     assert first.heads == [2, 4, 2, 0, 4]
     assert first.relations == ["det", "nsubj", "nmod", "root", "punct"]
@@ -197,13 +198,13 @@ def test_read_conllu(tmp_path):
 def test_read_conllu_errors_name_file_and_line(tmp_path, text, message):
     path = tmp_path / "gold.conllu"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(analysis.ConlluError, match=message):
-        analysis.read_conllu(str(path))
+    with pytest.raises(ConlluError, match=message):
+        read_conllu(str(path))
 
 
 def test_dependency_accuracy_on_hand_made_parse():
     # [CLS] the cat sat [SEP]: the -> cat (det), cat -> sat (nsubj), sat = root.
-    sentence = analysis.ParsedSentence(["the", "cat", "sat"], [2, 3, 0], ["det", "nsubj", "root"])
+    sentence = ParsedSentence(["the", "cat", "sat"], [2, 3, 0], ["det", "nsubj", "root"])
 
     def word_map(inner):
         """Embeds a 3x3 map over the words; [CLS], [SEP] and the word itself get
@@ -218,7 +219,7 @@ def test_dependency_accuracy_on_hand_made_parse():
     dependent_to_head = word_map([[0, .6, .1], [.1, 0, .6], [.6, .1, 0]])
     head_to_dependent = word_map([[0, .1, .6], [.6, 0, .1], [.1, .6, 0]])
     maps = np.stack([dependent_to_head, head_to_dependent])[None]  # [1 layer, 2 heads, 5, 5]
-    accuracy = analysis.DependencyAccuracy(1, 2, max_offset=2)
+    accuracy = statistics.DependencyAccuracy(1, 2, max_offset=2)
     accuracy.add(maps, sentence)
     for relation in ("det", "nsubj"):
         # [direction (dependent->head, head->dependent), layer, head]
@@ -250,8 +251,8 @@ def test_build_segments_packs_sentences():
 
 
 def test_conllu_segments_map_pieces_to_words():
-    sentence = analysis.ParsedSentence(["playing", "x"], [0, 1], ["root", "obj"])
-    long_sentence = analysis.ParsedSentence(["a"] * 10, [0] * 10, ["root"] * 10)
+    sentence = ParsedSentence(["playing", "x"], [0, 1], ["root", "obj"])
+    long_sentence = ParsedSentence(["a"] * 10, [0] * 10, ["root"] * 10)
 
     def tokenize_batch(words):
         return [["play", "##ing"] if w == "playing" else [w] for w in words]

@@ -1,4 +1,4 @@
-"""python -m bert_tf.analyze_attention end to end on a tiny random model."""
+"""python -m bert_tf analyze_attention end to end on a tiny random model."""
 
 import csv
 import json
@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 from conftest import PYTHON, run_command
 
-from bert_tf import analyze_attention, checkpoints, modeling
-from bert_tf.config import BertConfig
+from bert_tf.analysis import analyze_attention
+from bert_tf.model import checkpoints, modeling
+from bert_tf.model.config import BertConfig
 
 LAYERS, HEADS = 2, 2
 CONLLU = (
@@ -58,7 +59,7 @@ def test_cli_writes_well_formed_report(tiny_model, shared_data, tmp_path):
     conllu = tmp_path / "gold.conllu"
     conllu.write_text(CONLLU, encoding="utf-8")
     out = tmp_path / "report"
-    run_command([PYTHON, "-m", "bert_tf.analyze_attention",
+    run_command([PYTHON, "-m", "bert_tf", "analyze_attention",
                  *[f"--{k}={v}" for k, v in tiny_model.items()],
                  f"--input_file={shared_data / 'corpora' / 'sample_text.txt'}",
                  f"--output_dir={out}", f"--conllu={conllu}", "--word_level",

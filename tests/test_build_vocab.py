@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from bert_tf.build_vocab import BuildVocabError, build_vocab, write_vocab
-from bert_tf.format_text import format_files
-from bert_tf.tokenization import FullTokenizer
+from bert_tf.data.build_vocab import BuildVocabError, build_vocab, write_vocab
+from bert_tf.data.format_text import format_files
+from bert_tf.data.tokenization import FullTokenizer
 
 
 def test_japanese_vocab(shared_data, tmp_path):
@@ -38,7 +38,7 @@ def test_google_layout_uncased_and_errors(shared_data, tmp_path):
     assert "the" in vocab and "The" not in vocab
     with pytest.raises(BuildVocabError, match="--vocab_size=50"):
         build_vocab([book], vocab_size=50, num_unused_tokens=40)
-    result = subprocess.run([sys.executable, "-m", "bert_tf.build_vocab", "--input_files",
+    result = subprocess.run([sys.executable, "-m", "bert_tf", "build_vocab", "--input_files",
                              str(tmp_path / "none*.txt"), "--vocab_file", str(tmp_path / "v.txt")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and not (tmp_path / "v.txt").exists()

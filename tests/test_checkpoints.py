@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_tf import checkpoints
-from bert_tf.checkpoints import (
+from bert_tf.model import checkpoints
+from bert_tf.model.checkpoints import (
     CheckpointError,
     CheckpointMismatchError,
     init_from_checkpoint,
@@ -15,8 +15,8 @@ from bert_tf.checkpoints import (
     restore,
     save_checkpoint,
 )
-from bert_tf.config import BertConfig
-from bert_tf.modeling import BertForPreTraining, variables_by_name
+from bert_tf.model.config import BertConfig
+from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 
 CONFIG = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=16)

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from bert_tf.config import BertConfig, BertConfigError
+from bert_tf.model.config import BertConfig, BertConfigError
 
 GOOGLE_BASE_CONFIG = {  # Google's uncased_L-12_H-768_A-12/bert_config.json
     "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,

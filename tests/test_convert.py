@@ -6,10 +6,10 @@ import pytest
 import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
-from bert_tf.checkpoints import restore, save_checkpoint
-from bert_tf.config import BertConfig
-from bert_tf.convert import ConversionError, hf_to_tf, main, tf_to_hf
-from bert_tf.modeling import BertForPreTraining, BertModel, variables_by_name
+from bert_tf.model.checkpoints import restore, save_checkpoint
+from bert_tf.model.config import BertConfig
+from bert_tf.model.convert import ConversionError, hf_to_tf, main, tf_to_hf
+from bert_tf.model.modeling import BertForPreTraining, BertModel, variables_by_name
 
 HEADS = [
     "cls/predictions/output_bias", "cls/predictions/transform/LayerNorm/beta",

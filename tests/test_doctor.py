@@ -1,4 +1,4 @@
-"""bert_tf.doctor: each trap's line, driven by the environment, the flags or the
+"""bert_tf.tools.doctor: each trap's line, driven by the environment, the flags or the
 facts a check is given (an import error's text, the GPUs found)."""
 
 import os
@@ -7,15 +7,15 @@ import stat
 import pytest
 from conftest import PYTHON, run_command
 
-from bert_tf import doctor
-from bert_tf.config import BertConfig
-from bert_tf.estimate import MODEL_PRESETS
+from bert_tf.model.config import BertConfig
+from bert_tf.tools import doctor
+from bert_tf.tools.estimate import MODEL_PRESETS
 
 LARGE = MODEL_PRESETS["large"]
 
 
 def run_doctor(*flags, env=None):
-    return run_command([PYTHON, "-m", "bert_tf.doctor", *flags], env=env, check=False,
+    return run_command([PYTHON, "-m", "bert_tf", "doctor", *flags], env=env, check=False,
                        timeout=300)
 
 
@@ -76,7 +76,7 @@ def write_seq128_records(path):
     """One real pretraining record of sequence length 128, 20 predictions."""
     import tensorflow as tf
 
-    from bert_tf.pretraining_data import FEATURES, feature_lengths
+    from bert_tf.data.records import FEATURES, feature_lengths
 
     lengths = feature_lengths(128, 20)
     feature = {name: tf.train.Feature(float_list=tf.train.FloatList(value=[0.0] * lengths[name]))

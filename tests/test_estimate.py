@@ -1,12 +1,12 @@
-"""bert_tf.estimate: the arithmetic, checked against numbers worked out by hand."""
+"""bert_tf.tools.estimate: the arithmetic, checked against numbers worked out by hand."""
 
 import json
 
 import pytest
 from conftest import PYTHON, run_command
 
-from bert_tf import estimate
-from bert_tf.config import BertConfig
+from bert_tf.model.config import BertConfig
+from bert_tf.tools import estimate
 
 
 def test_parameter_counts_match_published_bert_sizes():
@@ -61,7 +61,7 @@ def test_memory_estimate_follows_the_stated_formula():
 
 
 def test_cli_prints_time_cost_and_assumption():
-    proc = run_command([PYTHON, "-m", "bert_tf.estimate", "--model=base", "--max_seq_length=128",
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--model=base", "--max_seq_length=128",
                         "--corpus_tokens=3.2e9", "--epochs=2", "--num_devices=4",
                         "--sequences_per_second=100", "--efficiency=0.8",
                         "--price_per_device_hour=3"])
@@ -75,10 +75,10 @@ def test_cli_prints_time_cost_and_assumption():
 
 
 def test_cli_errors_name_the_flag(tmp_path):
-    proc = run_command([PYTHON, "-m", "bert_tf.estimate", "--model=base", "--num_sequences=1e6",
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--model=base", "--num_sequences=1e6",
                         f"--metrics_file={tmp_path}/missing.jsonl"], check=False)
     assert proc.returncode == 2
     assert f"--metrics_file={tmp_path}/missing.jsonl: file not found" in proc.stderr
-    proc = run_command([PYTHON, "-m", "bert_tf.estimate", "--num_sequences=1e6",
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--num_sequences=1e6",
                         "--sequences_per_second=5"], check=False)
     assert proc.returncode == 2 and "--bert_config_file" in proc.stderr

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from bert_tf.format_text import FormatTextError, format_files, join_lines, split_sentences
+from bert_tf.data.format_text import FormatTextError, format_files, join_lines, split_sentences
 
 
 def read_documents(directory):
@@ -68,7 +68,7 @@ def test_lines_format_undecodable_bytes_and_errors(tmp_path, capsys):
         format_files([dump], tmp_path / "out", num_shards=0)
     with pytest.raises(FormatTextError, match="dump.txt/sub"):
         format_files([dump], dump / "sub")
-    result = subprocess.run([sys.executable, "-m", "bert_tf.format_text", "--input_files",
+    result = subprocess.run([sys.executable, "-m", "bert_tf", "format_text", "--input_files",
                              str(tmp_path / "nothing*.txt"), "--output_dir", str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 2

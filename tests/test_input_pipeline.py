@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_tf import input_pipeline as ip
-from bert_tf import pretraining_data as pdata
-from bert_tf.tokenization import FullTokenizer
+from bert_tf.data import input_pipeline as ip
+from bert_tf.data import pretraining_data as pdata
+from bert_tf.data.files import InputDataError, expand_patterns
+from bert_tf.data.records import serialize_examples, validate_records
+from bert_tf.data.tokenization import FullTokenizer
 
 SEQ, PRED, BATCH = 64, 10, 8
 
@@ -17,7 +19,7 @@ def write_records(path, first_id, count, seq_length=SEQ, predictions=PRED):
     input_ids = np.zeros([count, seq_length], np.int64)
     input_ids[:, 0], input_ids[:, 1], input_ids[:, 2] = 101, np.arange(first_id, first_id + count), 102
     zeros = np.zeros([count, predictions], np.int64)
-    records = pdata.serialize_examples({
+    records = serialize_examples({
         "input_ids": input_ids, "input_mask": (input_ids > 0).astype(np.int64),
         "segment_ids": np.zeros_like(input_ids), "masked_lm_positions": zeros,
         "masked_lm_ids": zeros, "masked_lm_weights": zeros.astype(np.float32),
@@ -79,16 +81,16 @@ def test_training_shards_by_file_and_by_record_and_is_deterministic(four_files):
 
 def test_shape_mismatch_and_missing_files(four_files, tmp_path):
     write_records(tmp_path / "long.tfrecord", 0, 4, seq_length=128)
-    with pytest.raises(ip.InputDataError, match=r"long\.tfrecord: feature 'input_ids' has length "
-                                                r"128, expected 64"):
-        ip.pretraining_dataset(str(tmp_path / "long.tfrecord"), BATCH, SEQ, PRED)
-    with pytest.raises(ip.InputDataError, match="'masked_lm_positions' has length 10, expected 20"):
-        ip.check_record_shapes([str(four_files / "part-0.tfrecord")], SEQ, 20)
-    with pytest.raises(ip.InputDataError, match="no input files match .*nothing-"):
-        ip.expand_patterns(str(tmp_path / "nothing-*.tfrecord"))
+    with pytest.raises(InputDataError, match=r"long\.tfrecord: feature 'input_ids' has length "
+                                             r"128, expected 64"):
+        validate_records([str(tmp_path / "long.tfrecord")], SEQ, PRED)
+    with pytest.raises(InputDataError, match="'masked_lm_positions' has length 10, expected 20"):
+        validate_records([str(four_files / "part-0.tfrecord")], SEQ, 20)
+    with pytest.raises(InputDataError, match="no input files match .*nothing-"):
+        expand_patterns(str(tmp_path / "nothing-*.tfrecord"))
     (tmp_path / "empty.tfrecord").write_bytes(b"")
-    with pytest.raises(ip.InputDataError, match="are empty"):
-        ip.check_record_shapes([str(tmp_path / "empty.tfrecord")], SEQ, PRED)
+    with pytest.raises(InputDataError, match="--eval_files: all 1 file.* are empty"):
+        validate_records([str(tmp_path / "empty.tfrecord")], SEQ, PRED, flag="eval_files")
 
 
 def test_dynamic_masking_statistics(shared_data, tmp_path):

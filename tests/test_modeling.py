@@ -7,9 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_tf.checkpoints import save_checkpoint
-from bert_tf.config import BertConfig
-from bert_tf.modeling import BertForPreTraining, BertModel, pretraining_loss, variables_by_name
+from bert_tf.model.checkpoints import save_checkpoint
+from bert_tf.model.config import BertConfig
+from bert_tf.model.modeling import (
+    BertForPreTraining,
+    BertModel,
+    metrics_from_sums,
+    pretraining_loss,
+    variables_by_name,
+)
 
 CONFIG = BertConfig(vocab_size=99, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=128, max_position_embeddings=32)
@@ -176,23 +182,24 @@ def test_pretraining_loss_sums_and_means(model):
     features = make_features()
     outputs = model(features)
     losses = {k: float(v) for k, v in pretraining_loss(outputs, features).items()}
+    losses.update(metrics_from_sums(losses))
     logits = outputs.mlm_logits.numpy().astype(np.float64)
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(log_probs, features["masked_lm_ids"][..., None], -1)[..., 0]
     w = features["masked_lm_weights"]
     assert losses["mlm_loss_sum"] == pytest.approx((w * nll).sum(), rel=1e-5)
     assert losses["mlm_weight_sum"] == 8
-    assert losses["mlm_loss"] == pytest.approx((w * nll).sum() / (8 + 1e-5), rel=1e-5)
+    assert losses["masked_lm_loss"] == pytest.approx((w * nll).sum() / (8 + 1e-5), rel=1e-5)
     hits = (logits.argmax(-1) == features["masked_lm_ids"]) * w
     assert losses["mlm_correct_sum"] == hits.sum()
     nsp = outputs.nsp_logits.numpy().astype(np.float64)
     nsp_nll = -(nsp - np.log(np.exp(nsp).sum(-1, keepdims=True)))[
         np.arange(B), features["next_sentence_labels"]]
     assert losses["nsp_loss_sum"] == pytest.approx(nsp_nll.sum(), rel=1e-5)
-    assert losses["nsp_loss"] == pytest.approx(nsp_nll.mean(), rel=1e-5)
+    assert losses["next_sentence_loss"] == pytest.approx(nsp_nll.mean(), rel=1e-5)
     assert losses["num_examples"] == B
-    assert losses["loss"] == pytest.approx(losses["mlm_loss"] + losses["nsp_loss"], rel=1e-6)
-    assert 0 <= losses["mlm_accuracy"] <= 1 and 0 <= losses["nsp_accuracy"] <= 1
+    assert losses["loss"] == pytest.approx(losses["masked_lm_loss"] + losses["next_sentence_loss"], rel=1e-6)
+    assert 0 <= losses["masked_lm_accuracy"] <= 1 and 0 <= losses["next_sentence_accuracy"] <= 1
 
 
 def test_jit_compiled_training_step_matches_eager(model):

@@ -1,6 +1,7 @@
 """Compute dtypes, dynamic loss scaling and the auto-mixed-precision rewrite."""
 
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import PYTHON, run_command
 
-from bert_tf import precision
+from bert_tf.train import precision
 
 
 def test_compute_dtypes():
@@ -54,7 +55,7 @@ def test_all_finite():
 
 AMP_SCRIPT = """
 import numpy as np, tensorflow as tf
-from bert_tf import precision
+from bert_tf.train import precision
 a = tf.constant(np.random.default_rng(0).normal(size=[64, 64]), tf.float32)
 w = tf.Variable(a)
 def two_layers(x):  # Grappler leaves graphs of under 4 nodes alone
@@ -81,7 +82,7 @@ def test_amp_without_onednn_is_a_clear_error():
     # bert_tf turns oneDNN on unless the environment says otherwise; here it does.
     script = """
 import tensorflow as tf
-from bert_tf import precision
+from bert_tf.train import precision
 try:
     precision.enable_auto_mixed_precision(on_gpu=False)
 except precision.PrecisionError as e:
@@ -94,11 +95,17 @@ print("options", tf.config.optimizer.get_experimental_options())
     assert "auto_mixed_precision_onednn_bfloat16" not in proc.stdout.split("options")[1]
 
 
-def test_bert_tf_turns_onednn_on_unless_told_otherwise():
-    probe = [str(PYTHON), "-c", "import bert_tf.precision as p; print('onednn', p.onednn_enabled())"]
+def test_entry_points_turn_onednn_on_unless_told_otherwise():
+    # `python -m bert_tf COMMAND` turns it on before TensorFlow loads; the doctor reports it.
+    probe = [str(PYTHON), "-m", "bert_tf", "doctor"]
     unset = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-    on = subprocess.run(probe, env=unset, capture_output=True, text=True, check=True).stdout
-    assert "onednn True" in on
+    on = subprocess.run(probe, env=unset, capture_output=True, text=True).stdout
+    assert re.search(r"OK +oneDNN CPU kernels", on), on
     off = subprocess.run(probe, env={**unset, "TF_ENABLE_ONEDNN_OPTS": "0"}, capture_output=True,
-                         text=True, check=True).stdout
-    assert "onednn False" in off
+                         text=True).stdout
+    assert re.search(r"WARN +oneDNN CPU kernels", off), off
+    # Importing the library changes nothing: the choice is the entry point's, explicitly.
+    library = [str(PYTHON), "-c", "import bert_tf.train.precision as p; "
+               "import os; print('set', 'TF_ENABLE_ONEDNN_OPTS' in os.environ)"]
+    assert "set False" in subprocess.run(library, env=unset, capture_output=True, text=True,
+                                         check=True).stdout

@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 from conftest import PYTHON, REPO, run_command
 
-from bert_tf import pretraining_data as pdata
-from bert_tf.format_text import format_files
-from bert_tf.input_pipeline import feature_spec
-from bert_tf.tokenization import FullTokenizer, VocabError
+from bert_tf.data import pretraining_data as pdata
+from bert_tf.data.format_text import format_files
+from bert_tf.data.records import FEATURES, feature_spec
+from bert_tf.data.tokenization import FullTokenizer, VocabError
 
 SEQ, PRED = 128, 20
 
@@ -51,7 +51,7 @@ def small_corpus(corpus, tmp_path_factory):
 def read_records(paths, seq_length=SEQ, predictions=PRED):
     """All records of the files as numpy arrays; checks the feature names and lengths."""
     records = [r for path in paths for r in tf.data.TFRecordDataset(str(path)).as_numpy_iterator()]
-    assert set(tf.train.Example.FromString(records[0]).features.feature) == set(pdata.FEATURES)
+    assert set(tf.train.Example.FromString(records[0]).features.feature) == set(FEATURES)
     parsed = tf.io.parse_example(records, feature_spec(seq_length, predictions))
     return {name: value.numpy() for name, value in parsed.items()}
 

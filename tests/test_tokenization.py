@@ -7,7 +7,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bert_tf.tokenization import FullTokenizer, VocabError
+from bert_tf.data.tokenization import FullTokenizer, VocabError
 
 
 @pytest.fixture(scope="module")

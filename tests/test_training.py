@@ -22,9 +22,13 @@ import pytest
 import tensorflow as tf
 from conftest import PYTHON, REPO, run_command
 
-from bert_tf import checkpoints, distributed, input_pipeline, training
-from bert_tf.config import BertConfig
-from bert_tf.flags import PretrainingConfig, PretrainingConfigError
+from bert_tf.data import input_pipeline, records
+from bert_tf.data.files import InputDataError
+from bert_tf.model import checkpoints
+from bert_tf.model.config import BertConfig
+from bert_tf.train import distributed, loop
+from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
+from bert_tf.train.report import OutputDirError
 
 VENV_BIN = Path(sys.executable).parent
 WORKER = REPO / "tests" / "training_worker.py"
@@ -252,14 +256,14 @@ def test_dynamic_masking_trains_with_new_masks_every_epoch(data, unmasked_train,
     config = _config(data, tmp_path / "out", input_files=str(unmasked_train),
                      dynamic_masking=True, vocab_file=str(data.vocab), train_batch_size=8,
                      num_train_steps=3, log_every_n_steps=3)
-    training.run(config)
+    loop.run(config)
     (record,) = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
-    assert 5 < record["mlm_loss"] < 12  # about ln(30522) = 10.3: masks were made and scored
+    assert 5 < record["masked_lm_loss"] < 12  # about ln(30522) = 10.3: masks were made and scored
     assert np.isfinite(record["loss"])
 
-    masking = training.load_dynamic_masking(config, BertConfig.from_json_file(data.config))
+    masking = loop.load_dynamic_masking(config, BertConfig.from_json_file(data.config))
     num_records = sum(1 for _ in tf.data.TFRecordDataset(str(unmasked_train)))
-    batches = list(training.train_dataset(config, [str(unmasked_train)], 0, 1, masking)
+    batches = list(loop.train_dataset(config, [str(unmasked_train)], 0, 1, masking)
                    .take(3 * num_records // config.train_batch_size))
     assert any((batch["input_ids"] == masking.mask_id).numpy().any() for batch in batches)
     occurrences = _masked_positions_by_record(batches).values()
@@ -275,7 +279,7 @@ def test_xla_updates_match_the_uncompiled_ones(data, tmp_path):
     weights = {}
     for use_xla in (False, True):
         output_dir = tmp_path / f"xla_{use_xla}"
-        training.run(_config(data, output_dir, use_xla=use_xla, num_train_steps=3,
+        loop.run(_config(data, output_dir, use_xla=use_xla, num_train_steps=3,
                              save_checkpoints_steps=3, optimizer_type="lamb"))
         weights[use_xla] = checkpoint_values(output_dir / "model.ckpt-3")
     assert weights[True].keys() == weights[False].keys()
@@ -290,16 +294,16 @@ def test_dynamic_masking_flag_errors(data, unmasked_train, tmp_path):
     dynamic = dict(input_files=str(unmasked_train), dynamic_masking=True)
     with pytest.raises(PretrainingConfigError, match="--vocab_file is required with "
                                                      "--dynamic_masking"):
-        training.run(_config(data, tmp_path / "out", **dynamic))
-    with pytest.raises(training.TrainingError, match=r"--vocab_file=.* has 30522 tokens but "
+        loop.run(_config(data, tmp_path / "out", **dynamic))
+    with pytest.raises(loop.TrainingError, match=r"--vocab_file=.* has 30522 tokens but "
                                                      r"vocab_size is 1000"):
-        training.run(_config(data, tmp_path / "out", vocab_file=str(data.vocab),
+        loop.run(_config(data, tmp_path / "out", vocab_file=str(data.vocab),
                              bert_config_file=_small_vocab_config(data, tmp_path, 1000), **dynamic))
-    with pytest.raises(training.TrainingError, match="--input_files: .* holds masked records"):
-        training.run(_config(data, tmp_path / "out", vocab_file=str(data.vocab),
+    with pytest.raises(InputDataError, match="--input_files: .* holds masked records"):
+        loop.run(_config(data, tmp_path / "out", vocab_file=str(data.vocab),
                              dynamic_masking=True))
-    with pytest.raises(training.TrainingError, match="holds unmasked records.*--dynamic_masking"):
-        training.run(_config(data, tmp_path / "out", input_files=str(unmasked_train)))
+    with pytest.raises(InputDataError, match="holds unmasked records.*--dynamic_masking"):
+        loop.run(_config(data, tmp_path / "out", input_files=str(unmasked_train)))
     assert checkpoints.latest_checkpoint(tmp_path / "out") is None
 
 
@@ -323,7 +327,7 @@ def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
     """100 updates of 2 x 8 sequences in bf16: the masked-LM loss falls from
     ln(30522) = 10.3 to the unigram level and held-out accuracy reaches the
     frequent-token level. (Beating the unigram baseline takes longer runs than
-    a test can afford on 2 shared cores; see docs/training.md.)"""
+    a test can afford on 2 shared cores; see docs/loop.md.)"""
     output_dir = tmp_path / "out"
     run_command(pretraining_command(
         data, output_dir, precision="bf16", num_accumulation_steps=2, num_train_steps=100,
@@ -333,7 +337,7 @@ def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(10, 101, 10))
     assert all(np.isfinite(r["loss"]) for r in records)
-    assert records[-1]["mlm_loss"] < 7.5  # from ln(30522) = 10.3 at initialisation
+    assert records[-1]["masked_lm_loss"] < 7.5  # from ln(30522) = 10.3 at initialisation
     assert (output_dir / "model.ckpt-100.index").exists()
     summary = json.loads((output_dir / "train_summary.json").read_text())
     assert summary["avg_sequences_per_second"] > 0 and summary["time_to_train_hours"] > 0
@@ -345,8 +349,8 @@ def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
     assert results["masked_lm_loss"] < 7.5
     assert results["masked_lm_accuracy"] > 0.5 * baseline
 
-    from bert_tf import predict
-    from bert_tf.tokenization import FullTokenizer
+    from bert_tf.data.tokenization import FullTokenizer
+    from bert_tf.tools import predict
 
     model = predict.load_model(output_dir / "bert_config.json", output_dir)
     (candidates,) = predict.predict_masked(model, FullTokenizer(data.vocab),
@@ -375,8 +379,8 @@ def _small_vocab_config(data, tmp_path, vocab_size):
 def test_vocab_smaller_than_data_ids_is_caught_before_training(data, tmp_path):
     config = _config(data, tmp_path / "out",
                      bert_config_file=_small_vocab_config(data, tmp_path, 1000))
-    with pytest.raises(training.TrainingError, match=r"token id \d+ but vocab_size is 1000"):
-        training.run(config)
+    with pytest.raises(InputDataError, match=r"token id \d+ but vocab_size is 1000"):
+        loop.run(config)
     assert checkpoints.latest_checkpoint(tmp_path / "out") is None
 
 
@@ -392,40 +396,40 @@ def test_out_of_range_id_past_the_checked_records_fails_clearly(data, tmp_path):
     bad = tmp_path / "late_bad_id.tfrecord"
 
     def poison_late_records(i, feature):
-        if i >= training.RECORDS_CHECKED_PER_FILE:
+        if i >= records.RECORDS_CHECKED_PER_FILE:
             feature["input_ids"].int64_list.value[1] = 40000
 
     _rewrite_records(data.train, bad, poison_late_records, count=64)
     config = _config(data, tmp_path / "out", input_files=str(bad), num_train_steps=20)
-    with pytest.raises(training.TrainingError, match="outside the embedding table"):
-        training.run(config)
+    with pytest.raises(loop.TrainingError, match="outside the embedding table"):
+        loop.run(config)
 
 
 def test_record_length_mismatch_names_file_and_lengths(data, tmp_path):
     config = _config(data, tmp_path / "out", max_seq_length=128)
-    with pytest.raises(input_pipeline.InputDataError, match=r"train.tfrecord.*expected 128"):
-        training.run(config)
+    with pytest.raises(InputDataError, match=r"--input_files: .*train.tfrecord.*expected 128"):
+        loop.run(config)
 
 
 def test_no_input_files_and_unwritable_output_dir(data, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        training.main(_config(data, tmp_path / "out", input_files=str(tmp_path / "none*.rec")))
+        loop.main(_config(data, tmp_path / "out", input_files=str(tmp_path / "none*.rec")))
     assert exit_info.value.code == 1
     assert "no input files match" in capsys.readouterr().err
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    with pytest.raises(training.TrainingError, match="--output_dir=.*not writable"):
-        training.run(_config(data, blocker / "out"))
+    with pytest.raises(OutputDirError, match="--output_dir=.*not writable"):
+        loop.run(_config(data, blocker / "out"))
     with pytest.raises(PretrainingConfigError, match="--do_train or --do_eval"):
-        training.run(_config(data, tmp_path / "out", do_train=False))
+        loop.run(_config(data, tmp_path / "out", do_train=False))
 
 
 def test_persistent_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
     output_dir = tmp_path / "out"
     # A good checkpoint to resume from: a fresh state saved as step 0.
     distributed.init()  # one rank, in this process
-    fresh = training.PretrainingState(BertConfig.from_json_file(data.config), _config(data, "x"))
+    fresh = loop.PretrainingState(BertConfig.from_json_file(data.config), _config(data, "x"))
     checkpoints.save_checkpoint(fresh.checkpoint_variables(), output_dir, 0)
     good = checkpoint_values(output_dir / "model.ckpt-0")
 
@@ -437,8 +441,8 @@ def test_persistent_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(data
     _rewrite_records(data.train, nan_weights, poison, count=32)
     config = _config(data, output_dir, input_files=str(nan_weights), num_train_steps=10,
                      max_nonfinite_updates=3)
-    with pytest.raises(training.TrainingError, match="3 updates in a row.*model.ckpt-0"):
-        training.run(config)
+    with pytest.raises(loop.TrainingError, match="3 updates in a row.*model.ckpt-0"):
+        loop.run(config)
     assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-0")
     after = checkpoint_values(output_dir / "model.ckpt-0")
     for name, value in good.items():

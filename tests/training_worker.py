@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bert_tf import distributed, input_pipeline
-from bert_tf.config import BertConfig
-from bert_tf.flags import PretrainingConfig
-from bert_tf.training import PretrainingState, update_metrics
+from bert_tf.data import input_pipeline
+from bert_tf.model.config import BertConfig
+from bert_tf.train import distributed
+from bert_tf.train.config import PretrainingConfig
+from bert_tf.train.loop import PretrainingState, update_metrics
 
 HALF_BATCH = 4
 UPDATES = 3
@@ -119,8 +120,9 @@ def main():
     if rank == 1:
         time.sleep(HANG_SECONDS)
     else:
-        distributed.start_watchdog(WATCHDOG_SECONDS)
-        distributed.barrier()
+        with distributed.Watchdog(WATCHDOG_SECONDS) as watchdog:
+            watchdog.beat()
+            distributed.barrier()
     print(f"rank {rank} was not stopped", flush=True)
 
 

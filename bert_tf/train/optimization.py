@@ -24,7 +24,8 @@ import re
 
 import tensorflow as tf
 
-OPTIMIZER_TYPES = ("lamb", "adamw")
+from bert_tf.train.config import OPTIMIZER_TYPES
+
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 CLIP_NORM = 1.0
 

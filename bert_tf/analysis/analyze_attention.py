@@ -1,6 +1,6 @@
 """Analyses what a BERT checkpoint's attention heads look at (Clark et al. 2019).
 
-    python -m bert_tf.analyze_attention --init_checkpoint=DIR_OR_PREFIX \\
+    python -m bert_tf analyze_attention --init_checkpoint=DIR_OR_PREFIX \\
         --bert_config_file=bert_config.json --vocab_file=vocab.txt \\
         --input_file=corpus.txt --output_dir=attention_report
 
@@ -24,9 +24,11 @@ import tensorflow as tf
 from absl import app, flags
 from tqdm import tqdm
 
-from bert_tf import analysis, attention_plots, checkpoints, modeling
-from bert_tf.config import BertConfig, BertConfigError
-from bert_tf.tokenization import FullTokenizer, VocabError
+from bert_tf.analysis import plots, statistics
+from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
+from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.model import checkpoints, modeling
+from bert_tf.model.config import BertConfig, BertConfigError
 
 MASKED_LM_FRACTION = 0.15  # of each segment's word pieces, masked for the gradient
 
@@ -58,7 +60,7 @@ class Segment:
     tokens: list[str]
     segment_ids: list[int]
     word_ids: list[int] | None = None  # for word-level maps
-    sentence: analysis.ParsedSentence | None = None  # CoNLL-U gold parse
+    sentence: ParsedSentence | None = None  # CoNLL-U gold parse
 
 
 # ---------------------------------------------------------------------------
@@ -105,10 +107,10 @@ def build_segments(documents, tokenize_batch, max_seq_length, max_segments):
         while i < len(sentences) and len(segments) < max_segments:
             first, i = _take_sentences(sentences, i, budget // 2)
             second, i = _take_sentences(sentences, i, budget - len(first))
-            tokens = [analysis.CLS, *first, analysis.SEP]
+            tokens = [statistics.CLS, *first, statistics.SEP]
             segment_ids = [0] * len(tokens)
             if second:
-                tokens += [*second, analysis.SEP]
+                tokens += [*second, statistics.SEP]
                 segment_ids += [1] * (len(second) + 1)
             segments.append(Segment(tokens, segment_ids))
         if len(segments) >= max_segments:
@@ -121,7 +123,7 @@ def conllu_segments(sentences, tokenize_batch, max_seq_length):
     (0 = [CLS]); sentences longer than max_seq_length are skipped."""
     segments, skipped = [], 0
     for sentence in sentences:
-        tokens, word_ids = [analysis.CLS], [0]
+        tokens, word_ids = [statistics.CLS], [0]
         for index, (word, pieces) in enumerate(
                 zip(sentence.words, tokenize_batch(sentence.words), strict=True), 1):
             pieces = pieces or [word]
@@ -130,7 +132,7 @@ def conllu_segments(sentences, tokenize_batch, max_seq_length):
         if len(tokens) + 1 > max_seq_length:
             skipped += 1
             continue
-        tokens.append(analysis.SEP)
+        tokens.append(statistics.SEP)
         word_ids.append(len(sentence.words) + 1)
         segments.append(Segment(tokens, [0] * len(tokens), word_ids, sentence))
     return segments, skipped
@@ -151,7 +153,7 @@ def _masked_lm_head_problem(report, variables):
                "cls/predictions/output_bias": 0.0}
     if all(np.all(variables[name].numpy() == value) for name, value in initial.items()):
         return ("the checkpoint's masked-LM head is untrained (still at its initial values, "
-                "as bert_tf.convert leaves it for encoder-only weights)")
+                "as bert_tf.model.convert leaves it for encoder-only weights)")
     return None
 
 
@@ -202,7 +204,7 @@ def _mask_for_gradient(features, segments, tokenizer, max_predictions, rng):
     ids = np.zeros((batch, max_predictions), np.int32)
     weights = np.zeros((batch, max_predictions), np.float32)
     for b, segment in enumerate(segments):
-        candidates = [i for i, t in enumerate(segment.tokens) if t not in analysis.SPECIAL_TOKENS]
+        candidates = [i for i, t in enumerate(segment.tokens) if t not in statistics.SPECIAL_TOKENS]
         count = min(max_predictions, len(candidates),
                     max(1, round(MASKED_LM_FRACTION * len(candidates))))
         chosen = np.sort(rng.choice(candidates, count, replace=False)) if count else []
@@ -263,7 +265,7 @@ def analyse(args):
                             f"{args.js_rows_per_segment}")
     if args.max_seq_length < 4:
         raise AnalysisError(f"--max_seq_length must be at least 4, got {args.max_seq_length}")
-    sentences = analysis.read_conllu(args.conllu) if args.conllu else None
+    sentences = read_conllu(args.conllu) if args.conllu else None
     model, mlm_head_problem = load_model(args)
     tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
     config = model.config
@@ -289,16 +291,16 @@ def analyse(args):
         if not segments:
             raise AnalysisError(f"--input_file={args.input_file}: no text found; expected one "
                                 "sentence per line, blank lines between documents")
-        head_stats = analysis.HeadStatistics(layers, heads)
-        distances = analysis.HeadDistances(layers * heads, args.js_rows_per_segment, args.seed)
+        head_stats = statistics.HeadStatistics(layers, heads)
+        distances = statistics.HeadDistances(layers * heads, args.js_rows_per_segment, args.seed)
         for batch in tqdm(list(_batches(segments, args.batch_size)), desc="attention",
                           unit="batch", file=sys.stderr):
             for segment, maps in zip(batch, attention_maps(batch), strict=True):
                 tokens = segment.tokens
                 if args.word_level:
-                    word_ids = analysis.word_ids_from_pieces(tokens)
-                    maps = analysis.to_word_attention(maps, word_ids)
-                    tokens = analysis.words_from_pieces(tokens, word_ids)
+                    word_ids = statistics.word_ids_from_pieces(tokens)
+                    maps = statistics.to_word_attention(maps, word_ids)
+                    tokens = statistics.words_from_pieces(tokens, word_ids)
                 head_stats.add(maps, tokens)
                 distances.add(maps)
                 if example is None:
@@ -330,10 +332,10 @@ def _head_report(head_stats, distances):
         "num_tokens": head_stats.num_tokens,
         "uniform_entropy": uniform,
         "statistics": {name: value.tolist() for name, value in means.items()},
-        "behaviours": analysis.head_behaviours(means, uniform).tolist(),
+        "behaviours": statistics.head_behaviours(means, uniform).tolist(),
         "js_divergence": divergences.tolist(),
         "js_rows": distances.num_rows,
-        "mds": analysis.classical_mds(divergences).tolist(),
+        "mds": statistics.classical_mds(divergences).tolist(),
     }
 
 
@@ -341,7 +343,7 @@ def _mlm_gradients(model, segments, tokenizer, args, layers, heads):
     gradient_fn = make_gradient_fn(model)
     max_predictions = max(1, math.ceil(MASKED_LM_FRACTION * args.max_seq_length))
     rng = np.random.default_rng(args.seed)
-    gradients = analysis.AttentionGradients(layers, heads)
+    gradients = statistics.AttentionGradients(layers, heads)
     for batch in tqdm(list(_batches(segments, args.batch_size)), desc="MLM gradient",
                       unit="batch", file=sys.stderr):
         features = _mask_for_gradient(_features(batch, tokenizer, args.max_seq_length), batch,
@@ -359,11 +361,11 @@ def _dependency_report(sentences, tokenizer, args, layers, heads, attention_maps
     if not segments:
         raise AnalysisError(f"--conllu={args.conllu}: every sentence is longer than "
                             f"--max_seq_length={args.max_seq_length} word pieces")
-    accuracy = analysis.DependencyAccuracy(layers, heads)
+    accuracy = statistics.DependencyAccuracy(layers, heads)
     for batch in tqdm(list(_batches(segments, args.batch_size)), desc="dependencies",
                       unit="batch", file=sys.stderr):
         for segment, maps in zip(batch, attention_maps(batch), strict=True):
-            accuracy.add(analysis.to_word_attention(maps, segment.word_ids), segment.sentence)
+            accuracy.add(statistics.to_word_attention(maps, segment.word_ids), segment.sentence)
     return {"num_sentences": len(segments), "skipped_too_long": skipped,
             "relations": accuracy.table()}
 
@@ -430,10 +432,10 @@ def _write_report(report, example, output_dir):
         with open(os.path.join(staging, "stats.json"), "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
         _write_tables(report, os.path.join(staging, "tables"))
-        attention_plots.plot_report(report, os.path.join(staging, "plots"))
+        plots.plot_report(report, os.path.join(staging, "plots"))
         if example is not None:
             tokens, maps = example
-            attention_plots.write_attention_html(
+            plots.write_attention_html(
                 tokens, maps, os.path.join(staging, "attention_example.html"),
                 title=f"Attention of {os.path.basename(report['checkpoint'].rstrip('/'))}")
         written = set()
@@ -498,7 +500,7 @@ def main(argv):
                            for f in dataclasses.fields(AnalysisArgs)})
     try:
         report = analyse(args)
-    except (AnalysisError, analysis.ConlluError, BertConfigError, VocabError) as e:
+    except (AnalysisError, ConlluError, BertConfigError, VocabError) as e:
         print(f"analyze_attention: error: {e}", file=sys.stderr)
         sys.exit(1)
     print(f"analysed {report.get('num_segments', 0)} segments; report in {args.output_dir}")

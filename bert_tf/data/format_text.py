@@ -20,7 +20,7 @@ import sys
 import blingfire
 from absl import app, flags
 
-from bert_tf.pretraining_data import InputDataError, expand_patterns
+from bert_tf.data.files import InputDataError, expand_patterns
 
 # Characters between which a line break is not a word break (CJK ideographs, kana, CJK
 # punctuation and full-width forms).

@@ -1,7 +1,7 @@
 r"""Time-to-train and cost estimate for BERT pretraining, plus the model-size
-arithmetic (parameters, FLOPs, memory per device) that bert_tf.doctor reuses.
+arithmetic (parameters, FLOPs, memory per device) that bert_tf.tools.doctor reuses.
 
-    python -m bert_tf.estimate --model=large --max_seq_length=128 \
+    python -m bert_tf estimate --model=large --max_seq_length=128 \
         --num_train_steps=7038 --global_batch_size=65536 \
         --num_devices=8 --sequences_per_second=200 --price_per_device_hour=2.5
 
@@ -17,7 +17,8 @@ import sys
 
 from absl import app, flags
 
-from bert_tf.config import BertConfig, BertConfigError
+from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.train.config import PRECISION_MODES
 
 GIB = 1024**3
 
@@ -29,9 +30,6 @@ MODEL_PRESETS = {
     "large": BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
                         num_attention_heads=16, intermediate_size=4096),
 }
-
-# Bytes per element of activations kept for the backward pass.
-ACTIVATION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "amp": 2}
 
 
 def load_model_config(bert_config_file=None, model=None):
@@ -99,16 +97,17 @@ MEMORY_FORMULA = (
 def estimate_memory(config: BertConfig, batch_size, seq_length, max_predictions_per_seq,
                     precision="fp32", num_accumulation_steps=1) -> MemoryEstimate:
     """Upper-bound bytes per device for one training step (see MEMORY_FORMULA)."""
-    if precision not in ACTIVATION_BYTES:
-        raise ValueError(f"precision must be one of {', '.join(ACTIVATION_BYTES)}, "
+    if precision not in PRECISION_MODES:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_MODES)}, "
                          f"got {precision!r}")
     params = count_parameters(config)
-    half = precision != "fp32"
+    activation_bytes = PRECISION_MODES[precision].activation_bytes
+    half = activation_bytes < 4
     b, s, h = batch_size, seq_length, config.hidden_size
     a = config.num_attention_heads
     # 34*s*b*h + 5*a*s^2*b bytes per layer with 2-byte activations (1-byte dropout masks).
     per_layer_half = 34 * s * b * h + 5 * a * s * s * b
-    activation_scale = ACTIVATION_BYTES[precision] / 2
+    activation_scale = activation_bytes / 2
     activations = config.num_hidden_layers * per_layer_half * activation_scale
     activations += b * max_predictions_per_seq * config.vocab_size * 8  # fp32 logits + grads
     return MemoryEstimate(

@@ -7,9 +7,7 @@ segment's tokens, so it is independent of the model. Accumulators keep running
 sums, so memory does not grow with the number of segments.
 """
 
-import dataclasses
 import math
-import os
 
 import numpy as np
 
@@ -258,68 +256,7 @@ def head_behaviours(means, uniform_entropy):
 
 
 # ---------------------------------------------------------------------------
-# Dependency parses (CoNLL-U) and head-word prediction (Clark et al., Table 1)
-
-
-class ConlluError(ValueError):
-    """Malformed CoNLL-U input (the message names the file and line)."""
-
-
-@dataclasses.dataclass
-class ParsedSentence:
-    words: list[str]
-    heads: list[int]  # 1-based index of each word's syntactic head, 0 = root
-    relations: list[str]
-
-
-def read_conllu(path):
-    """Sentences of a CoNLL-U file. Multi-word token ranges (1-2) and empty
-    nodes (1.1) are skipped; relations keep their universal part (nmod:poss ->
-    nmod)."""
-    if not os.path.isfile(path):
-        raise ConlluError(f"--conllu: no such file {path}")
-    sentences, words, heads, relations = [], [], [], []
-
-    def finish(line_number):
-        if not words:
-            return
-        for i, head in enumerate(heads):
-            if not 0 <= head <= len(words):
-                raise ConlluError(f"{path}: sentence ending at line {line_number}: word {i + 1} "
-                                  f"has head {head}, outside 0..{len(words)}")
-        sentences.append(ParsedSentence(list(words), list(heads), list(relations)))
-        words.clear(), heads.clear(), relations.clear()
-
-    with open(path, encoding="utf-8") as f:
-        line_number = 0
-        for line_number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                finish(line_number)
-                continue
-            if line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 10:
-                raise ConlluError(f"{path}:{line_number}: expected 10 tab-separated CoNLL-U "
-                                  f"fields, found {len(fields)}")
-            word_id = fields[0]
-            if "-" in word_id or "." in word_id:
-                continue
-            if not word_id.isdigit() or int(word_id) != len(words) + 1:
-                raise ConlluError(f"{path}:{line_number}: word id {word_id!r}, expected "
-                                  f"{len(words) + 1} (ids must count up from 1 in each sentence)")
-            if not fields[6].isdigit():
-                raise ConlluError(f"{path}:{line_number}: HEAD field {fields[6]!r} is not a "
-                                  f"number (this needs gold parses)")
-            words.append(fields[1])
-            heads.append(int(fields[6]))
-            relations.append(fields[7].split(":")[0])
-        finish(line_number)
-    if not sentences:
-        raise ConlluError(f"{path}: no sentences found; expected CoNLL-U (10 tab-separated "
-                          "fields per word, blank line between sentences)")
-    return sentences
+# Head-word prediction from dependency parses (Clark et al., Table 1)
 
 
 DIRECTIONS = ("dependent->head", "head->dependent")

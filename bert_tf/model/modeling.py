@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from bert_tf.config import BertConfig
+from bert_tf.model.config import BertConfig
 
 LAYER_NORM_EPSILON = 1e-12
 # Added to attention scores of padding positions; exp() of it underflows to 0.
@@ -352,11 +352,18 @@ class BertForPreTraining(_NamedModule):
         return PreTrainingOutputs(mlm_logits=mlm_logits, nsp_logits=nsp_logits, bert=outputs)
 
 
+# The per-batch sums every loss and accuracy is computed from; training allreduces them.
+METRIC_SUMS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct_sum", "nsp_loss_sum",
+               "nsp_correct_sum", "num_examples")
+
+
 def pretraining_loss(outputs: PreTrainingOutputs, features) -> dict:
-    """Masked-LM and next-sentence losses as sums and means (float32 scalars).
+    """Masked-LM and next-sentence sums (float32 scalars, keys METRIC_SUMS) and the batch's
+    differentiable `loss`.
 
     features needs masked_lm_ids, masked_lm_weights [B, P] and next_sentence_labels [B].
-    The sums let training normalise by global totals across accumulation steps and ranks.
+    Sums, not means, so that training can normalise by totals over accumulation steps and
+    ranks; `metrics_from_sums` turns them into losses and accuracies.
     """
     mlm_ids = tf.cast(features["masked_lm_ids"], tf.int32)
     mlm_weights = tf.cast(features["masked_lm_weights"], tf.float32)
@@ -370,7 +377,6 @@ def pretraining_loss(outputs: PreTrainingOutputs, features) -> dict:
         labels=nsp_labels, logits=outputs.nsp_logits)
     nsp_hit = tf.cast(tf.equal(tf.argmax(outputs.nsp_logits, -1, output_type=tf.int32),
                                nsp_labels), tf.float32)
-
     sums = {
         "mlm_loss_sum": tf.reduce_sum(mlm_weights * mlm_nll),
         "mlm_weight_sum": tf.reduce_sum(mlm_weights),
@@ -379,15 +385,33 @@ def pretraining_loss(outputs: PreTrainingOutputs, features) -> dict:
         "nsp_correct_sum": tf.reduce_sum(nsp_hit),
         "num_examples": tf.cast(tf.size(nsp_labels), tf.float32),
     }
-    mlm_loss = sums["mlm_loss_sum"] / (sums["mlm_weight_sum"] + 1e-5)  # Google's normaliser
-    nsp_loss = tf.math.divide_no_nan(sums["nsp_loss_sum"], sums["num_examples"])
+    # This batch's objective (Google's normaliser for the masked LM), differentiable.
+    loss = (sums["mlm_loss_sum"] / (sums["mlm_weight_sum"] + 1e-5)
+            + sums["nsp_loss_sum"] / tf.maximum(sums["num_examples"], 1.0))
+    return {**sums, "loss": loss}
+
+
+def metrics_from_sums(sums) -> dict[str, float]:
+    """Losses and accuracies (Google's names) from METRIC_SUMS, as Python floats.
+
+    Args:
+      sums: dict keyed by METRIC_SUMS, or a sequence in that order (numbers or scalar tensors).
+
+    Returns:
+      loss, masked_lm_loss, masked_lm_accuracy, next_sentence_loss, next_sentence_accuracy.
+    """
+    if not isinstance(sums, dict):
+        sums = dict(zip(METRIC_SUMS, sums, strict=True))
+    sums = {name: float(sums[name]) for name in METRIC_SUMS}
+    weight = sums["mlm_weight_sum"] + 1e-5  # Google's normaliser
+    examples = max(sums["num_examples"], 1.0)
+    mlm_loss, nsp_loss = sums["mlm_loss_sum"] / weight, sums["nsp_loss_sum"] / examples
     return {
-        **sums,
-        "mlm_loss": mlm_loss,
-        "nsp_loss": nsp_loss,
         "loss": mlm_loss + nsp_loss,
-        "mlm_accuracy": tf.math.divide_no_nan(sums["mlm_correct_sum"], sums["mlm_weight_sum"]),
-        "nsp_accuracy": tf.math.divide_no_nan(sums["nsp_correct_sum"], sums["num_examples"]),
+        "masked_lm_loss": mlm_loss,
+        "masked_lm_accuracy": sums["mlm_correct_sum"] / weight,
+        "next_sentence_loss": nsp_loss,
+        "next_sentence_accuracy": sums["nsp_correct_sum"] / examples,
     }
 
 

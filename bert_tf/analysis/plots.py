@@ -1,11 +1,12 @@
 """Figures for the attention analysis in the style of Clark et al. 2019, and a
 self-contained HTML view of one segment's attention (no network access needed).
 
-Plots read the report dict that bert_tf.analyze_attention writes to stats.json.
+Plots read the report dict that bert_tf.statistics.analyze_attention writes to stats.json.
 """
 
 import base64
 import html
+import importlib.resources
 import json
 import os
 
@@ -15,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from bert_tf import analysis  # noqa: E402
+from bert_tf.analysis import statistics  # noqa: E402
 
 COLORS = {"cls": "#e74c3c", "sep": "#3498db", "punct": "#9b59b6", "prev": "#f39c12",
           "self": "#59d98e", "next": "#159d82", "sep_to_sep": "#3498db",
@@ -62,17 +63,17 @@ def _scatter_figure(path, panels, ylabel, hline=None):
     plt.close(fig)
 
 
-def plot_heatmaps(statistics, path):
+def plot_heatmaps(head_means, path):
     """Layer x head heatmap of every statistic."""
-    names = [n for n in analysis.STATISTICS if n in statistics]
+    names = [n for n in statistics.STATISTICS if n in head_means]
     cols = 4
     rows = -(-len(names) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
     for ax in axes.ravel()[len(names):]:
         ax.axis("off")
     for ax, name in zip(axes.ravel(), names, strict=False):
-        values = np.array(statistics[name], dtype=float)
-        is_entropy = name in analysis.ENTROPY_STATISTICS
+        values = np.array(head_means[name], dtype=float)
+        is_entropy = name in statistics.ENTROPY_STATISTICS
         image = ax.imshow(values, cmap="viridis" if is_entropy else "Blues", aspect="auto",
                           vmin=None if is_entropy else 0.0, vmax=None if is_entropy else 1.0,
                           origin="lower", extent=(0.5, values.shape[1] + 0.5,
@@ -115,7 +116,7 @@ def plot_mds(coordinates, behaviours, num_heads, path):
 def plot_mlm_gradient(gradient, path):
     """Per layer, mean |d loss / d attention| by attended token (Figure 3)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for key in analysis.GRADIENT_TARGETS:
+    for key in statistics.GRADIENT_TARGETS:
         values = np.array(gradient[key], dtype=float)
         ax.plot(np.arange(1, len(values) + 1), np.nanmean(values, 1), marker="o",
                 color=COLORS[key], label=LABELS[key])
@@ -181,91 +182,8 @@ def plot_report(report, directory):
 # ---------------------------------------------------------------------------
 # HTML view
 
-_HTML = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
-<style>
-body { font: 14px sans-serif; margin: 1.5em; color: #222; }
-#controls { margin-bottom: 1em; }
-#view { display: flex; gap: 2em; align-items: flex-start; }
-.tok { position: absolute; font: 13px monospace; cursor: pointer; white-space: nowrap; }
-.tok.left { text-align: right; }
-.tok:hover, .tok.active { background: #fde3a7; }
-#canvasbox { position: relative; }
-#heat { border: 1px solid #ccc; image-rendering: pixelated; }
-p.note { color: #555; max-width: 60em; }
-</style></head><body>
-<h2>__TITLE__</h2>
-<p class="note">Lines join each token (left) to the tokens it attends to (right); their
-opacity is the attention weight. Hover a token on the left to see only its attention.
-The heatmap shows the whole map (row = attending token). Weights are stored to 1/255.</p>
-<div id="controls">layer <select id="layer"></select> head <select id="head"></select></div>
-<div id="view"><div id="canvasbox"><svg id="lines"></svg></div>
-<div><canvas id="heat"></canvas></div></div>
-<script>
-const DATA = __DATA__;
-const n = DATA.tokens.length, L = DATA.layers, H = DATA.heads;
-const raw = Uint8Array.from(atob(DATA.weights), c => c.charCodeAt(0));
-const ROW = 18, LEFT_W = 130, GAP = 220;
-let focus = null;
-function weight(l, h, i, j) { return raw[((l * H + h) * n + i) * n + j] / 255; }
-function fill(select, count) {
-  for (let i = 0; i < count; i++) {
-    const o = document.createElement("option"); o.value = i; o.textContent = i + 1;
-    select.appendChild(o);
-  }
-  select.onchange = draw;
-}
-fill(document.getElementById("layer"), L);
-fill(document.getElementById("head"), H);
-const box = document.getElementById("canvasbox");
-const svg = document.getElementById("lines");
-svg.setAttribute("width", LEFT_W * 2 + GAP); svg.setAttribute("height", n * ROW + 10);
-box.style.width = (LEFT_W * 2 + GAP) + "px"; box.style.height = (n * ROW + 10) + "px";
-const lefts = [];
-DATA.tokens.forEach((t, i) => {
-  for (const side of ["left", "right"]) {
-    const d = document.createElement("div");
-    d.className = "tok " + side; d.textContent = t; d.style.top = (i * ROW) + "px";
-    if (side === "left") {
-      d.style.left = "0px"; d.style.width = LEFT_W + "px";
-      d.onmouseenter = () => { focus = i; draw(); };
-      d.onmouseleave = () => { focus = null; draw(); };
-      lefts.push(d);
-    } else { d.style.left = (LEFT_W + GAP) + "px"; }
-    box.appendChild(d);
-  }
-});
-function draw() {
-  const l = +document.getElementById("layer").value, h = +document.getElementById("head").value;
-  const ns = svg.namespaceURI;
-  while (svg.firstChild) svg.removeChild(svg.firstChild);
-  lefts.forEach((d, i) => d.classList.toggle("active", i === focus));
-  for (let i = 0; i < n; i++) {
-    if (focus !== null && i !== focus) continue;
-    for (let j = 0; j < n; j++) {
-      const w = weight(l, h, i, j);
-      if (w < 0.01) continue;
-      const line = document.createElementNS(ns, "line");
-      line.setAttribute("x1", LEFT_W + 5); line.setAttribute("y1", i * ROW + ROW / 2);
-      line.setAttribute("x2", LEFT_W + GAP - 5); line.setAttribute("y2", j * ROW + ROW / 2);
-      line.setAttribute("stroke", "#2a6fdb"); line.setAttribute("stroke-width", 2);
-      line.setAttribute("stroke-opacity", w);
-      svg.appendChild(line);
-    }
-  }
-  const canvas = document.getElementById("heat"), scale = Math.max(2, Math.floor(400 / n));
-  canvas.width = n; canvas.height = n;
-  canvas.style.width = (n * scale) + "px"; canvas.style.height = (n * scale) + "px";
-  const ctx = canvas.getContext("2d"), img = ctx.createImageData(n, n);
-  for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) {
-    const v = 255 - Math.round(255 * weight(l, h, i, j)), k = 4 * (i * n + j);
-    img.data[k] = v; img.data[k + 1] = v; img.data[k + 2] = 255; img.data[k + 3] = 255;
-  }
-  ctx.putImageData(img, 0, 0);
-}
-draw();
-</script></body></html>
-"""
+# The page: attention.html beside this file, with __TITLE__ and __DATA__ filled in.
+HTML_TEMPLATE = "attention.html"
 
 
 def write_attention_html(tokens, attention, path, title="Attention"):
@@ -278,6 +196,8 @@ def write_attention_html(tokens, attention, path, title="Attention"):
             "weights": base64.b64encode(weights.tobytes()).decode("ascii")}
     # "</" would end the script element early; JSON allows escaping the slash.
     payload = json.dumps(data).replace("</", "<\\/")
-    page = _HTML.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+    template = importlib.resources.files("bert_tf.analysis").joinpath(HTML_TEMPLATE).read_text(
+        encoding="utf-8")
+    page = template.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)

@@ -1,6 +1,6 @@
 """Learns a WordPiece vocabulary from text, for pretraining BERT on a new corpus or language.
 
-Text is normalised exactly as bert_tf.tokenization does (Google's rules), split into words on
+Text is normalised exactly as bert_tf.data.tokenization does (Google's rules), split into words on
 whitespace, punctuation and CJK characters, and Hugging Face `tokenizers`' WordPiece trainer
 (Rust; tensorflow-text's Python learner took minutes on a 1 MB corpus) picks the pieces.
 Layout as Google's vocabs: [PAD]=0, then up to 99 [unusedN], then [UNK] [CLS] [SEP] [MASK], then
@@ -13,8 +13,8 @@ import sys
 from absl import app, flags
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from bert_tf.pretraining_data import InputDataError, expand_patterns
-from bert_tf.tokenization import normalize_text
+from bert_tf.data.files import InputDataError, expand_patterns
+from bert_tf.data.tokenization import normalize_text
 
 LINES_PER_BATCH = 8192
 

@@ -1,10 +1,10 @@
 """Convert BERT weights between Hugging Face and our (Google-named) checkpoints.
 
-  python -m bert_tf.convert hf_to_tf --hf_dir DIR --output_dir OUT
+  python -m bert_tf convert hf_to_tf --hf_dir DIR --output_dir OUT
       DIR has config.json and model.safetensors (BertModel or BertForPreTraining
       keys). OUT gets model.ckpt-0 (+ `checkpoint` file), bert_config.json and,
       if DIR has one, vocab.txt. Heads absent from DIR are freshly initialised.
-  python -m bert_tf.convert tf_to_hf --checkpoint CKPT --output_dir OUT
+  python -m bert_tf convert tf_to_hf --checkpoint CKPT --output_dir OUT
       CKPT is a prefix or directory (ours or Google's bert_model.ckpt); OUT gets
       config.json and model.safetensors for transformers.BertForPreTraining.
 
@@ -27,9 +27,9 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from bert_tf.checkpoints import CheckpointError, resolve_checkpoint, restore, save_checkpoint
-from bert_tf.config import BertConfig, BertConfigError
-from bert_tf.modeling import BertForPreTraining, variables_by_name
+from bert_tf.model.checkpoints import CheckpointError, resolve_checkpoint, restore, save_checkpoint
+from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -228,7 +228,7 @@ def _print_report(report, output_dir):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m bert_tf.convert",
+        prog="python -m bert_tf convert",
         description="Convert BERT weights between Hugging Face (safetensors) and "
                     "Google-named TensorFlow checkpoints.")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -6,8 +6,27 @@ import dataclasses
 
 from absl import flags
 
-from bert_tf.optimization import OPTIMIZER_TYPES
-from bert_tf.precision import PRECISIONS
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionMode:
+    """What a --precision value means, for training, the memory estimate and the doctor."""
+
+    compute_dtype: str  # the model's dtype ("amp": float32 graphs that the rewrite changes)
+    activation_bytes: int  # per activation kept for the backward pass
+    float16_on_gpu: bool  # float16 matmuls on a GPU: tensor-core shapes matter, loss scaling
+    fast_cpu_flags: frozenset  # /proc/cpuinfo flags with native matmuls in this precision
+
+
+_BF16_CPU = frozenset({"avx512_bf16", "amx_bf16"})
+_FP16_CPU = frozenset({"avx512_fp16", "amx_fp16"})
+PRECISION_MODES = {
+    "fp32": PrecisionMode("float32", 4, False, frozenset()),
+    "fp16": PrecisionMode("float16", 2, True, _FP16_CPU),
+    "bf16": PrecisionMode("bfloat16", 2, False, _BF16_CPU),
+    "amp": PrecisionMode("float32", 2, True, _BF16_CPU),  # bfloat16 rewrite on a CPU
+}
+PRECISIONS = tuple(PRECISION_MODES)
+OPTIMIZER_TYPES = ("lamb", "adamw")
 
 
 class PretrainingConfigError(ValueError):

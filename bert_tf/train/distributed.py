@@ -1,8 +1,8 @@
 """The one Horovod wrapper: the only module that imports Horovod.
 
 Works with horovodrun, mpirun, or no launcher at all (one process, size 1).
-A dead peer must not leave the others hanging in a collective: `start_watchdog`
-ends this process with an error when no update completes for a bounded time,
+A dead peer must not leave the others hanging in a collective: a
+`Watchdog` ends this process with an error when no update completes for a bounded time,
 and Horovod's own stall shutdown is switched on as a second line of defence.
 """
 
@@ -54,14 +54,6 @@ def size() -> int:
     return hvd.size()
 
 
-def local_rank() -> int:
-    return hvd.local_rank()
-
-
-def is_primary() -> bool:
-    return hvd.rank() == 0
-
-
 def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
     """Sums a list of tensors over ranks in one grouped (fused) allreduce."""
     if hvd.size() == 1:
@@ -75,34 +67,35 @@ def broadcast_variables(variables, root_rank: int = 0) -> None:
         hvd.broadcast_variables(list(variables), root_rank=root_rank)
 
 
-def broadcast_object(obj, root_rank: int = 0):
-    """A picklable Python object from `root_rank` to every rank."""
-    if hvd.size() == 1:
-        return obj
-    return hvd.broadcast_object(obj, root_rank=root_rank)
-
-
 def barrier() -> None:
     if hvd.size() > 1:
         hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="barrier")
 
 
 class Watchdog:
-    """Exits the process (status 3) when `beat()` is not called for
-    `timeout_s` seconds: a rank stuck in a collective because a peer died."""
+    """Exits the process (status 3) when `beat()` is not called for `timeout_s` seconds: a
+    rank stuck in a collective because a peer died. Armed by the first beat (the first update
+    traces the graph and can take long); does nothing for one rank or a timeout of 0. A context
+    manager: leaving the block stops the watch, whatever the exit."""
 
     def __init__(self, timeout_s: float):
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s if hvd.size() > 1 else 0
         self._last = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="bert_tf-watchdog", daemon=True)
-        self._thread.start()
+        self._thread = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
 
     def beat(self) -> None:
         self._last = time.monotonic()
-
-    def stop(self) -> None:
-        self._stop.set()
+        if self._thread is None and self.timeout_s > 0:
+            self._thread = threading.Thread(target=self._watch, name="bert_tf-watchdog",
+                                            daemon=True)
+            self._thread.start()
 
     def _watch(self) -> None:
         while not self._stop.wait(min(5.0, self.timeout_s / 4)):
@@ -113,10 +106,3 @@ class Watchdog:
                       "the job fails instead of hanging; rerun the same command to resume from "
                       "the last checkpoint.", file=sys.stderr, flush=True)
                 os._exit(3)
-
-
-def start_watchdog(timeout_s: float) -> Watchdog | None:
-    """A started watchdog for a multi-rank job (None for one rank or timeout 0)."""
-    if hvd.size() == 1 or timeout_s <= 0:
-        return None
-    return Watchdog(timeout_s)

@@ -37,7 +37,7 @@ def load_vocab(vocab_file):
     except OSError as e:
         raise VocabError(f"cannot read vocab file {vocab_file}: {e.strerror}; pass an existing "
                          "WordPiece vocab with --vocab_file (or build one with "
-                         "python -m bert_tf.build_vocab)") from e
+                         "python -m bert_tf build_vocab)") from e
     except UnicodeDecodeError as e:
         raise VocabError(f"vocab file {vocab_file} is not UTF-8 ({e})") from e
     while tokens and not tokens[-1]:
@@ -49,7 +49,7 @@ def load_vocab(vocab_file):
     if missing:
         raise VocabError(f"vocab file {vocab_file} lacks the special token(s) {', '.join(missing)}; "
                          "a BERT vocab needs [PAD] [UNK] [CLS] [SEP] [MASK] (build one with "
-                         "python -m bert_tf.build_vocab)")
+                         "python -m bert_tf build_vocab)")
     return vocab
 
 

@@ -1,7 +1,7 @@
 """Preflight check of the machine and, optionally, of a training configuration.
 
-    python -m bert_tf.doctor
-    python -m bert_tf.doctor --flagfile=launch/recipes/bert_large_phase2.flags --gpu_memory_gb=40
+    python -m bert_tf doctor
+    python -m bert_tf doctor --flagfile=launch/recipes/bert_large_phase2.flags --gpu_memory_gb=40
 
 Prints one line each for Python, TensorFlow, tensorflow-text, the GPUs
 TensorFlow sees and Horovod's build, then one line per known trap:
@@ -22,8 +22,9 @@ import sys
 
 from absl import app, flags
 
-from bert_tf import estimate
-from bert_tf.config import BertConfig, BertConfigError
+from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.tools import estimate
+from bert_tf.train.config import PRECISION_MODES
 
 # TF's start-up INFO lines would bury the report; its warnings (CUDA libraries that do not
 # load) stay, as they explain a GPU visibility FAIL.
@@ -102,7 +103,7 @@ def collect_environment() -> Environment:
         import tensorflow as tf
         env.tf_version = tf.__version__
         env.tf_gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
-        from bert_tf.precision import onednn_enabled
+        from bert_tf.train.precision import onednn_enabled
 
         env.onednn = onednn_enabled()
     except ImportError as e:
@@ -117,7 +118,7 @@ def collect_environment() -> Environment:
     except importlib.metadata.PackageNotFoundError:
         return env
     try:
-        from bert_tf import distributed  # the one module that imports horovod.tensorflow
+        from bert_tf.train import distributed  # the one module that imports horovod.tensorflow
 
         env.horovod_build = distributed.build_info()
     except ImportError as e:
@@ -268,8 +269,9 @@ def check_onednn(enabled: bool | None, gpu_count: int) -> Check:
     return Check(WARN, name, "off: fp32 matmuls run on TF's default kernels (BERT-base "
                  "forward/backward measured 1.2x slower on an AVX2 CPU) and --precision=amp "
                  "cannot rewrite to bfloat16",
-                 "unset TF_ENABLE_ONEDNN_OPTS or set it to 1; in your own scripts import "
-                 "bert_tf before tensorflow (TensorFlow reads the setting when it loads)")
+                 "unset TF_ENABLE_ONEDNN_OPTS or set it to 1; in your own scripts call "
+                 "bert_tf.use_onednn_by_default() before importing tensorflow (TensorFlow "
+                 "reads the setting when it loads)")
 
 
 def environment_checks(env: Environment, environ) -> list[Check]:
@@ -303,12 +305,9 @@ class TrainingSettings:
     masked_lm_prob: float = 0.15
 
 
-HALF_PRECISIONS = ("fp16", "amp")
-
-
 def check_tensor_core_shapes(s: TrainingSettings) -> Check:
     name = "tensor core shapes"
-    if s.precision not in HALF_PRECISIONS:
+    if not PRECISION_MODES[s.precision].float16_on_gpu:
         return Check(OK, name, f"--precision={s.precision}: no float16 alignment needed")
     tokens = s.train_batch_size * s.max_seq_length
     problems, fixes = [], []
@@ -383,18 +382,13 @@ def check_memory(s: TrainingSettings, gpu_memory_gb: float | None) -> Check:
         fitting = max(0, int(room // per_sequence))
         if fitting >= 8:
             fitting -= fitting % 8  # keep tensor-core friendly shapes
-        precision_hint = ("" if s.precision in HALF_PRECISIONS + ("bf16",)
+        precision_hint = ("" if PRECISION_MODES[s.precision].activation_bytes < 4
                           else ", or use --precision=fp16 (halves activations)")
         return Check(WARN, name, f"{breakdown} > {gpu_memory_gb:g} GiB: likely out of memory",
                      f"lower --train_batch_size to about {fitting} (the estimate is an upper "
                      "bound; XLA fusion needs less) and raise --num_accumulation_steps to keep "
                      f"the global batch{precision_hint}")
     return Check(OK, name, f"{breakdown} <= {gpu_memory_gb:g} GiB")
-
-
-# CPU features that make half-precision matmuls faster than float32 (oneDNN uses them).
-NATIVE_CPU_HALF = {"bf16": {"avx512_bf16", "amx_bf16"}, "amp": {"avx512_bf16", "amx_bf16"},
-                   "fp16": {"avx512_fp16", "amx_fp16"}}
 
 
 def cpu_flags(cpuinfo="/proc/cpuinfo") -> set:
@@ -410,13 +404,14 @@ def cpu_flags(cpuinfo="/proc/cpuinfo") -> set:
 
 def check_cpu_half_precision(precision: str, gpu_count: int, flags: set) -> Check:
     name = "half precision on CPU"
-    if gpu_count or precision not in NATIVE_CPU_HALF:
+    fast = PRECISION_MODES[precision].fast_cpu_flags
+    if gpu_count or not fast:
         return Check(OK, name, "not training on a CPU in half precision")
-    if NATIVE_CPU_HALF[precision] & flags:
+    if fast & flags:
         return Check(OK, name, f"--precision={precision}: this CPU has native half-precision "
-                     f"matmuls ({', '.join(sorted(NATIVE_CPU_HALF[precision] & flags))})")
+                     f"matmuls ({', '.join(sorted(fast & flags))})")
     return Check(WARN, name, f"--precision={precision} on a CPU without "
-                 f"{' or '.join(sorted(NATIVE_CPU_HALF[precision]))}: half-precision matmuls "
+                 f"{' or '.join(sorted(fast))}: half-precision matmuls "
                  "run no faster than float32 here (bf16 measured 1.0x fp32 on an AVX2-only CPU)",
                  "use --precision=fp32 on this machine; half precision pays off on GPUs and on "
                  "CPUs with AVX512_BF16/AMX")
@@ -430,7 +425,7 @@ def training_checks(s: TrainingSettings, gpu_memory_gb: float | None) -> list[Ch
 # ---------------------------------------------------------------- command line
 
 def define_flags():
-    """The doctor's own flags, plus run_pretraining's (from bert_tf.flags) when they
+    """The doctor's own flags, plus run_pretraining's (from bert_tf.train.config) when they
     import; returns whether they did (they need TensorFlow, which may be the problem)."""
     flags.DEFINE_float("gpu_memory_gb", None,
                        "Memory of one GPU in GiB for the memory check; default: the smallest "
@@ -439,7 +434,7 @@ def define_flags():
                        "Masked LM probability the data was created with (create_pretraining_data"
                        ".py --masked_lm_prob), for the max_predictions_per_seq check.")
     try:
-        from bert_tf.flags import define_pretraining_flags
+        from bert_tf.train.config import define_pretraining_flags
     except ImportError:
         return False
     define_pretraining_flags()
@@ -447,7 +442,7 @@ def define_flags():
 
 
 def training_flags_given(flag_values) -> bool:
-    from bert_tf.flags import PretrainingConfig
+    from bert_tf.train.config import PretrainingConfig
     return any(flag_values[f.name].present for f in dataclasses.fields(PretrainingConfig))
 
 
@@ -455,7 +450,7 @@ def settings_from_flags(flag_values) -> tuple[TrainingSettings, list[Check]]:
     """TrainingSettings from parsed run_pretraining flags, and a check of the flags
     themselves (the validation run_pretraining.py does; paths left unset are fine
     here, the launcher adds them)."""
-    from bert_tf.flags import PretrainingConfig, PretrainingConfigError
+    from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
     config = PretrainingConfig(**{f.name: flag_values[f.name].value
                                   for f in dataclasses.fields(PretrainingConfig)})
     placeholders = {name: getattr(config, name) or "<unset>"
@@ -488,15 +483,17 @@ def settings_from_flags(flag_values) -> tuple[TrainingSettings, list[Check]]:
 
 def check_input_files(flag, patterns, max_seq_length, max_predictions_per_seq) -> Check:
     """The TFRecords exist and were made with these lengths (first record of each file)."""
-    from bert_tf.input_pipeline import InputDataError, check_record_shapes, expand_patterns
+    from bert_tf.data.files import InputDataError, expand_patterns
+    from bert_tf.data.records import validate_records
+
     try:
-        files = check_record_shapes(expand_patterns(patterns), max_seq_length,
-                                    max_predictions_per_seq)
+        files = validate_records(expand_patterns(patterns), max_seq_length,
+                                 max_predictions_per_seq, flag=flag)
     except InputDataError as e:
         fix = ("regenerate the data with create_pretraining_data.py at these lengths, or pass "
                "the lengths it was made with") if "expected" in str(e) else \
             "point it at existing TFRecord files (comma-separated globs)"
-        return Check(FAIL, f"--{flag}", str(e), fix)
+        return Check(FAIL, f"--{flag}", str(e).removeprefix(f"--{flag}: "), fix)
     return Check(OK, f"--{flag}", f"{len(files)} file(s) of seq {max_seq_length}, "
                  f"{max_predictions_per_seq} predictions")
 

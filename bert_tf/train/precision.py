@@ -14,8 +14,7 @@ dynamic loss scaling. Master weights and optimizer state are always float32.
 
 import tensorflow as tf
 
-PRECISIONS = ("fp32", "fp16", "bf16", "amp")
-_COMPUTE_DTYPES = {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16, "amp": tf.float32}
+from bert_tf.train.config import PRECISION_MODES, PRECISIONS
 
 
 def has_gpu() -> bool:
@@ -24,14 +23,15 @@ def has_gpu() -> bool:
 
 def compute_dtype(precision: str) -> tf.DType:
     """The dtype the model computes in (for amp the rewrite chooses per op)."""
-    if precision not in _COMPUTE_DTYPES:
+    if precision not in PRECISION_MODES:
         raise ValueError(f"--precision must be one of {PRECISIONS}, got {precision!r}")
-    return _COMPUTE_DTYPES[precision]
+    return tf.as_dtype(PRECISION_MODES[precision].compute_dtype)
 
 
 def uses_loss_scaling(precision: str, on_gpu: bool) -> bool:
     """fp16 needs loss scaling, and so does amp where it rewrites to float16."""
-    return precision == "fp16" or (precision == "amp" and on_gpu)
+    mode = PRECISION_MODES[precision]
+    return mode.compute_dtype == "float16" or (mode.float16_on_gpu and on_gpu)
 
 
 class PrecisionError(RuntimeError):

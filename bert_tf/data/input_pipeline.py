@@ -4,24 +4,23 @@ Knows nothing of the model or Horovod: the rank and the number of ranks are argu
 """
 
 import dataclasses
+import types
 
 import tensorflow as tf
 
-from bert_tf.pretraining_data import FEATURES, InputDataError, expand_patterns, feature_lengths
+from bert_tf.data.files import expand_patterns
+from bert_tf.data.records import feature_spec, num_to_predict
 
-
-def feature_spec(max_seq_length, max_predictions_per_seq):
-    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
-    return {name: tf.io.FixedLenFeature([lengths[name]], tf.as_dtype(dtype))
-            for name, (dtype, _) in FEATURES.items()}
+# What records.num_to_predict needs, inside a TensorFlow graph.
+TF_OPS = types.SimpleNamespace(round=tf.math.round, maximum=tf.maximum, minimum=tf.minimum)
 
 
 @dataclasses.dataclass(frozen=True)
 class DynamicMasking:
     """RoBERTa-style masking chosen per batch in the pipeline (records are written unmasked with
-    create_pretraining_data.py --nomasking). Ids are the vocab's; Google's rules: pick
-    min(max_predictions_per_seq, max(1, round(len * masked_lm_prob))) non-special tokens, then
-    80% [MASK], 10% a random vocab id, 10% unchanged."""
+    create_pretraining_data.py --dynamic_masking). Ids are the vocab's; Google's rules: pick
+    records.num_to_predict non-special tokens, then 80% [MASK], 10% a random vocab id, 10%
+    unchanged."""
 
     vocab_size: int
     mask_id: int
@@ -32,36 +31,6 @@ class DynamicMasking:
     def from_tokenizer(cls, tokenizer, masked_lm_prob=0.15):
         return cls(tokenizer.vocab_size, tokenizer.mask_id,
                    (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), masked_lm_prob)
-
-
-def check_record_shapes(files, max_seq_length, max_predictions_per_seq):
-    """Parses the first record of each file eagerly and checks every feature's length.
-
-    Raises InputDataError naming the file, feature, expected and found lengths. Returns the
-    files that hold at least one record; raises if none does.
-    """
-    expected = feature_lengths(max_seq_length, max_predictions_per_seq)
-    nonempty = []
-    for path in files:
-        records = list(tf.data.TFRecordDataset(path).take(1).as_numpy_iterator())
-        if not records:
-            continue
-        example = tf.train.Example.FromString(records[0])
-        for name, (dtype, _) in FEATURES.items():
-            if name not in example.features.feature:
-                raise InputDataError(f"{path}: records lack feature {name!r}; expected Google's "
-                                     "pretraining schema (make it with create_pretraining_data.py)")
-            feature = example.features.feature[name]
-            values = feature.float_list.value if dtype == "float32" else feature.int64_list.value
-            if len(values) != expected[name]:
-                raise InputDataError(
-                    f"{path}: feature {name!r} has length {len(values)}, expected "
-                    f"{expected[name]} (max_seq_length={max_seq_length}, max_predictions_per_seq="
-                    f"{max_predictions_per_seq}); pass the lengths the data was created with")
-        nonempty.append(path)
-    if not nonempty:
-        raise InputDataError(f"all {len(files)} input file(s) are empty, e.g. {files[0]}")
-    return nonempty
 
 
 def _to_model_types(record):
@@ -85,16 +54,14 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
     for special_id in masking.special_ids:
         candidate &= tf.not_equal(input_ids, special_id)
     num_tokens = tf.reduce_sum(batch["input_mask"], axis=1)
-    num_to_predict = tf.minimum(
-        max_predictions_per_seq,
-        tf.maximum(1, tf.cast(tf.math.round(tf.cast(num_tokens, tf.float32)
-                                            * masking.masked_lm_prob), tf.int32)))
-    num_to_predict = tf.minimum(num_to_predict, tf.reduce_sum(tf.cast(candidate, tf.int32), 1))
+    num_to_mask = tf.cast(num_to_predict(tf.cast(num_tokens, tf.float32), masking.masked_lm_prob,
+                                         max_predictions_per_seq, ops=TF_OPS), tf.int32)
+    num_to_mask = tf.minimum(num_to_mask, tf.reduce_sum(tf.cast(candidate, tf.int32), 1))
     # A uniform random subset of the candidates: the top-k of random keys.
     keys = tf.random.stateless_uniform(shape, seeds[0])
     keys = tf.where(candidate, keys, -1.0)
     _, top = tf.math.top_k(keys, k=max_predictions_per_seq)
-    valid = tf.range(max_predictions_per_seq)[None, :] < num_to_predict[:, None]
+    valid = tf.range(max_predictions_per_seq)[None, :] < num_to_mask[:, None]
     positions = tf.sort(tf.where(valid, top, seq_length), axis=1)  # invalid ones sort last
     valid = positions < seq_length
     positions = tf.where(valid, positions, 0)
@@ -128,10 +95,10 @@ def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predicti
     else every num_ranks-th record), shuffled, repeated forever; the same arguments give the same
     batches in every run. `skip_batches` resumes that sequence after so many batches: it drops
     raw records before they are parsed (much cheaper than skipping parsed batches, though still
-    a read of the skipped data). Eval: one pass, in order.
+    a read of the skipped data). Eval: one pass, in order. The files are read as they are:
+    check them first with records.validate_records.
     """
-    files = check_record_shapes(expand_patterns(input_patterns), max_seq_length,
-                                max_predictions_per_seq)
+    files = expand_patterns(input_patterns)
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
     options = tf.data.Options()
     options.deterministic = True

@@ -1,6 +1,6 @@
 """Masked-word predictions from a pretraining checkpoint.
 
-    python -m bert_tf.predict --bert_config_file=out/bert_config.json --init_checkpoint=out
+    python -m bert_tf predict --bert_config_file=out/bert_config.json --init_checkpoint=out
         --vocab_file=vocab.txt --text="the [MASK] sat on the mat" [--text=...] [--top_k=5]
 
 Every `[MASK]` in a --text gets its --top_k most likely tokens with probabilities.
@@ -13,10 +13,10 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from bert_tf import checkpoints
-from bert_tf.config import BertConfig, BertConfigError
-from bert_tf.modeling import BertForPreTraining, variables_by_name
-from bert_tf.tokenization import FullTokenizer, VocabError
+from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.model import checkpoints
+from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 
 MASK = "[MASK]"
 

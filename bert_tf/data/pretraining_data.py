@@ -8,7 +8,7 @@ shuffled) and Google's TFRecord schema. Differences, for speed and bounded memor
 - The unit of work is one input file (a shard): its documents are tokenized in batches through
   tensorflow-text, instances are drawn with random next segments from documents of the same
   shard, and the shard's instances are shuffled and written. Memory is bounded by the largest
-  shard (make shards with `python -m bert_tf.format_text --num_shards`).
+  shard (make shards with `python -m bert_tf format_text --num_shards`).
 - Each shard's random streams are seeded from (random_seed, shard index), so the output is the
   same whatever the number of worker processes or MPI ranks.
 - Masking is drawn with numpy over all instances of a shard at once, and records are serialized
@@ -19,13 +19,15 @@ shuffled) and Google's TFRecord schema. Differences, for speed and bounded memor
 import collections
 import dataclasses
 import functools
-import glob
 import os
 import random
 import sys
 import time
 
 import numpy as np
+
+from bert_tf.data.files import expand_patterns
+from bert_tf.data.records import feature_lengths, num_to_predict, serialize_examples
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
 TOKENIZE_BATCH_LINES = 8192
@@ -35,52 +37,6 @@ ENCODE_BATCH = 16384
 
 class PretrainingDataError(ValueError):
     """Bad flags or inputs; the message names the flag or file and what to do."""
-
-
-class InputDataError(ValueError):
-    """Input files are missing or hold records that disagree with the flags."""
-
-
-# Google's create_pretraining_data.py schema: feature -> (dtype name, length). A length is the
-# name of the argument that sets it, or a fixed number. Written here, read by input_pipeline.
-FEATURES = {
-    "input_ids": ("int64", "max_seq_length"),
-    "input_mask": ("int64", "max_seq_length"),
-    "segment_ids": ("int64", "max_seq_length"),
-    "masked_lm_positions": ("int64", "max_predictions_per_seq"),
-    "masked_lm_ids": ("int64", "max_predictions_per_seq"),
-    "masked_lm_weights": ("float32", "max_predictions_per_seq"),
-    "next_sentence_labels": ("int64", 1),
-}
-
-
-def feature_lengths(max_seq_length, max_predictions_per_seq):
-    sizes = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq}
-    return {name: sizes.get(length, length) for name, (_, length) in FEATURES.items()}
-
-
-def expand_patterns(input_patterns):
-    """Comma-separated string or list of globs -> sorted, de-duplicated file list."""
-    if isinstance(input_patterns, str | os.PathLike):
-        input_patterns = str(input_patterns).split(",")
-    files, empty = [], []
-    for pattern in input_patterns:
-        pattern = str(pattern).strip()
-        if not pattern:
-            continue
-        if "://" in pattern:  # gs://, hdfs://, ...: only TensorFlow's file system knows them
-            import tensorflow as tf
-
-            matches = sorted(tf.io.gfile.glob(pattern))
-        else:
-            matches = sorted(glob.glob(pattern))
-        if not matches:
-            empty.append(pattern)
-        files.extend(matches)
-    if empty or not files:
-        raise InputDataError(f"no input files match {', '.join(empty) or input_patterns!r}; "
-                             "check the input file pattern(s) (comma-separated globs)")
-    return sorted(set(files))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,16 +220,15 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     len_a = segment_lengths_a[:, None]
     candidate = ((position >= 1) & (position <= len_a)) | (
         (position >= len_a + 2) & (position < lengths[:, None] - 1))
-    num_to_predict = np.minimum(
-        max_predictions, np.maximum(1, np.round(lengths * config.masked_lm_prob).astype(np.int64)))
+    num_to_mask = num_to_predict(lengths, config.masked_lm_prob, max_predictions).astype(np.int64)
     keys = rng.random((n, seq_length))
     if word_starts is None:
         order = np.argsort(np.where(candidate, keys, 2.0), axis=1)[:, :max_predictions]
         chosen = np.arange(max_predictions)[None, :] < np.minimum(
-            num_to_predict, candidate.sum(1))[:, None]
+            num_to_mask, candidate.sum(1))[:, None]
         positions = np.sort(np.where(chosen, order, seq_length), axis=1)
     else:
-        positions = _choose_whole_words(input_ids, candidate, keys, num_to_predict, word_starts,
+        positions = _choose_whole_words(input_ids, candidate, keys, num_to_mask, word_starts,
                                         max_predictions, seq_length)
     valid = positions < seq_length
     positions = np.where(valid, positions, 0)
@@ -294,9 +249,9 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     return masked, positions, labels, valid.astype(np.float32), counts
 
 
-def _choose_whole_words(input_ids, candidate, keys, num_to_predict, word_starts, max_predictions,
+def _choose_whole_words(input_ids, candidate, keys, num_to_mask, word_starts, max_predictions,
                         seq_length):
-    """Whole words in random order, skipping a word that would overflow num_to_predict (Google)."""
+    """Whole words in random order, skipping a word that would overflow num_to_mask (Google)."""
     continues = candidate & ~word_starts[input_ids]
     continues[:, 1:] &= candidate[:, :-1]
     positions = np.full((len(input_ids), max_predictions), seq_length, np.int64)
@@ -305,7 +260,7 @@ def _choose_whole_words(input_ids, candidate, keys, num_to_predict, word_starts,
         word_first = token_positions[~continues[row, token_positions]]
         word_ends = np.append(word_first[1:], seq_length)
         chosen = []
-        limit = num_to_predict[row]
+        limit = num_to_mask[row]
         for w in np.argsort(keys[row, :len(word_first)]):
             if len(chosen) >= limit:
                 break
@@ -317,97 +272,12 @@ def _choose_whole_words(input_ids, candidate, keys, num_to_predict, word_starts,
     return positions
 
 
-# --------------------------------------------------------------------------- serialization
-
-
-def _varint(value):
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _varint_bytes(values):
-    """Packed protobuf varints of a non-negative integer matrix [n, L] -> (bytes of all rows
-    concatenated, per-row byte offsets [n+1] as a list)."""
-    values = values.astype(np.uint64)
-    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest
-    if width == 1:
-        step = values.shape[1]
-        return values.astype(np.uint8).tobytes(), list(range(0, step * (len(values) + 1), step))
-    num_bytes = np.ones(values.shape, np.int64)
-    for k in range(1, width):
-        num_bytes += values >= np.uint64(1 << (7 * k))
-    groups = np.stack([((values >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-                       | np.where(num_bytes - 1 > k, 0x80, 0).astype(np.uint8)
-                       for k in range(width)], axis=-1)
-    data = groups[np.arange(width) < num_bytes[..., None]].tobytes()
-    offsets = np.zeros(len(values) + 1, np.int64)
-    np.cumsum(num_bytes.sum(1), out=offsets[1:])
-    return data, offsets.tolist()
-
-
-class _FeatureFraming:
-    """The bytes around one feature's packed values inside a tf.train.Example; they depend only
-    on the payload length, so they are built once per length."""
-
-    def __init__(self, name, is_float):
-        key = name.encode()
-        self.key_part = b"\x0a" + _varint(len(key)) + key + b"\x12"
-        self.list_tag = b"\x12" if is_float else b"\x1a"  # Feature.float_list / int64_list
-        self.prefixes = {}
-
-    def prefix(self, payload_length):
-        prefix = self.prefixes.get(payload_length)
-        if prefix is None:
-            value_list_length = 1 + len(_varint(payload_length)) + payload_length
-            feature = (self.list_tag + _varint(value_list_length) + b"\x0a"
-                       + _varint(payload_length))
-            feature_length = len(feature) + payload_length
-            entry = self.key_part + _varint(feature_length) + feature
-            prefix = b"\x0a" + _varint(len(entry) + payload_length) + entry
-            self.prefixes[payload_length] = prefix
-        return prefix
-
-
-_FRAMINGS = {name: _FeatureFraming(name, dtype == "float32")
-             for name, (dtype, _) in FEATURES.items()}
-
-
-def serialize_examples(features):
-    """Serialized tf.train.Example protos for a batch: features maps each FEATURES name to an
-    array [n, length] (int64, or float32 for masked_lm_weights). Packed encoding, features in
-    FEATURES order; TF parses it exactly as protobuf's own serialization."""
-    columns = []
-    for name in FEATURES:
-        values = features[name]
-        if values.dtype == np.float32:
-            data = np.ascontiguousarray(values, "<f4").tobytes()
-            step = values.shape[1] * 4
-            offsets = list(range(0, step * (len(values) + 1), step))
-        else:
-            data, offsets = _varint_bytes(values)
-        columns.append((_FRAMINGS[name].prefix, data, offsets))
-    records = []
-    for row in range(len(features["input_ids"])):
-        parts = []
-        for prefix, data, offsets in columns:
-            start, end = offsets[row], offsets[row + 1]
-            parts.append(prefix(end - start))
-            parts.append(data[start:end])
-        body = b"".join(parts)
-        records.append(b"\x0a" + _varint(len(body)) + body)
-    return records
-
-
 # --------------------------------------------------------------------------- one shard
 
 
 @functools.cache
 def _tokenizer(vocab_file, do_lower_case):
-    from bert_tf.tokenization import FullTokenizer
+    from bert_tf.data.tokenization import FullTokenizer
 
     return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
 
@@ -540,7 +410,7 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     """The whole run: validates, spreads input shards over MPI ranks and worker processes,
     writes outputs under temporary names and renames them when all are complete. Returns the
     summary dict (on MPI rank 0 the totals; other ranks return None)."""
-    from bert_tf.tokenization import load_vocab
+    from bert_tf.data.tokenization import load_vocab
 
     config.validate()
     if num_workers < 1:
@@ -614,7 +484,7 @@ def _run_jobs(jobs, num_workers, progress, input_files):
             # imports TensorFlow once, runs nothing, and forks every worker from there.
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(["tensorflow", "tensorflow_text",
-                                            "bert_tf.pretraining_data"])
+                                            "bert_tf.data.pretraining_data"])
             pool = context.Pool(min(num_workers, len(jobs)),
                                 initializer=_single_threaded_tensorflow)
             results = pool.imap_unordered(_run_shard, jobs)
@@ -686,7 +556,7 @@ def format_summary(summary):
     if summary["long_sentences"]:
         warnings.append(f"WARNING: {summary['long_sentences']} line(s) are longer than "
                         "max_seq_length-3 tokens and were truncated; is the input one sentence "
-                        "per line (python -m bert_tf.format_text)?")
+                        "per line (python -m bert_tf format_text)?")
     if not summary["instances"]:
         warnings.append("WARNING: no instances were written: the input has no documents")
     return "\n".join(lines + warnings)

@@ -1,0 +1,195 @@
+"""The pretraining TFRecord: Google's schema, a fast encoder of it, and the check of a file.
+
+The one contract between the data writer (pretraining_data.py) and every reader
+(input_pipeline.py, training): feature names, dtypes and lengths live here and nowhere else.
+"""
+
+import numpy as np
+
+from bert_tf.data.files import InputDataError
+
+# Google's create_pretraining_data.py schema: feature -> (dtype name, length). A length is the
+# name of the argument that sets it, or a fixed number. Written here, read by input_pipeline.
+FEATURES = {
+    "input_ids": ("int64", "max_seq_length"),
+    "input_mask": ("int64", "max_seq_length"),
+    "segment_ids": ("int64", "max_seq_length"),
+    "masked_lm_positions": ("int64", "max_predictions_per_seq"),
+    "masked_lm_ids": ("int64", "max_predictions_per_seq"),
+    "masked_lm_weights": ("float32", "max_predictions_per_seq"),
+    "next_sentence_labels": ("int64", 1),
+}
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+    sizes = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq}
+    return {name: sizes.get(length, length) for name, (_, length) in FEATURES.items()}
+
+
+def _varint(value):
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _varint_bytes(values):
+    """Packed protobuf varints of a non-negative integer matrix [n, L] -> (bytes of all rows
+    concatenated, per-row byte offsets [n+1] as a list)."""
+    values = values.astype(np.uint64)
+    width = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)  # bytes of the largest
+    if width == 1:
+        step = values.shape[1]
+        return values.astype(np.uint8).tobytes(), list(range(0, step * (len(values) + 1), step))
+    num_bytes = np.ones(values.shape, np.int64)
+    for k in range(1, width):
+        num_bytes += values >= np.uint64(1 << (7 * k))
+    groups = np.stack([((values >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+                       | np.where(num_bytes - 1 > k, 0x80, 0).astype(np.uint8)
+                       for k in range(width)], axis=-1)
+    data = groups[np.arange(width) < num_bytes[..., None]].tobytes()
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(num_bytes.sum(1), out=offsets[1:])
+    return data, offsets.tolist()
+
+
+class _FeatureFraming:
+    """The bytes around one feature's packed values inside a tf.train.Example; they depend only
+    on the payload length, so they are built once per length."""
+
+    def __init__(self, name, is_float):
+        key = name.encode()
+        self.key_part = b"\x0a" + _varint(len(key)) + key + b"\x12"
+        self.list_tag = b"\x12" if is_float else b"\x1a"  # Feature.float_list / int64_list
+        self.prefixes = {}
+
+    def prefix(self, payload_length):
+        prefix = self.prefixes.get(payload_length)
+        if prefix is None:
+            value_list_length = 1 + len(_varint(payload_length)) + payload_length
+            feature = (self.list_tag + _varint(value_list_length) + b"\x0a"
+                       + _varint(payload_length))
+            feature_length = len(feature) + payload_length
+            entry = self.key_part + _varint(feature_length) + feature
+            prefix = b"\x0a" + _varint(len(entry) + payload_length) + entry
+            self.prefixes[payload_length] = prefix
+        return prefix
+
+
+_FRAMINGS = {name: _FeatureFraming(name, dtype == "float32")
+             for name, (dtype, _) in FEATURES.items()}
+
+
+def serialize_examples(features):
+    """Serialized tf.train.Example protos for a batch: features maps each FEATURES name to an
+    array [n, length] (int64, or float32 for masked_lm_weights). Packed encoding, features in
+    FEATURES order; TF parses it exactly as protobuf's own serialization."""
+    columns = []
+    for name in FEATURES:
+        values = features[name]
+        if values.dtype == np.float32:
+            data = np.ascontiguousarray(values, "<f4").tobytes()
+            step = values.shape[1] * 4
+            offsets = list(range(0, step * (len(values) + 1), step))
+        else:
+            data, offsets = _varint_bytes(values)
+        columns.append((_FRAMINGS[name].prefix, data, offsets))
+    records = []
+    for row in range(len(features["input_ids"])):
+        parts = []
+        for prefix, data, offsets in columns:
+            start, end = offsets[row], offsets[row + 1]
+            parts.append(prefix(end - start))
+            parts.append(data[start:end])
+        body = b"".join(parts)
+        records.append(b"\x0a" + _varint(len(body)) + body)
+    return records
+
+
+def num_to_predict(num_tokens, masked_lm_prob, max_predictions_per_seq, ops=np):
+    """Google's number of positions to mask in a sequence of `num_tokens` tokens:
+    min(max_predictions_per_seq, max(1, round(num_tokens * masked_lm_prob))), as floats.
+    `ops` provides round, maximum and minimum: numpy, or TensorFlow's (input_pipeline.TF_OPS)."""
+    wanted = ops.round(num_tokens * masked_lm_prob)
+    return ops.minimum(float(max_predictions_per_seq), ops.maximum(1.0, wanted))
+
+
+def feature_spec(max_seq_length, max_predictions_per_seq):
+    """tf.io.parse_example's spec for the schema."""
+    import tensorflow as tf
+
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+    return {name: tf.io.FixedLenFeature([lengths[name]], tf.as_dtype(dtype))
+            for name, (dtype, _) in FEATURES.items()}
+
+
+RECORDS_CHECKED_PER_FILE = 16
+
+
+def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=None,
+                     masked=None, flag="input_files"):
+    """Checks the first records of every file against what the reader expects.
+
+    Args:
+      files: TFRecord paths.
+      max_seq_length, max_predictions_per_seq: the lengths the reader will parse.
+      vocab_size: if given, every token id must be below it (else NaN losses on GPUs).
+      masked: True/False to require masked (static) or unmasked (dynamic masking) records.
+      flag: the flag the files came from, named in errors.
+
+    Returns:
+      The files that hold at least one record.
+
+    Raises:
+      InputDataError naming the flag, the file and what to do.
+    """
+    import tensorflow as tf
+
+    expected = feature_lengths(max_seq_length, max_predictions_per_seq)
+    nonempty = []
+    for path in files:
+        records = list(tf.data.TFRecordDataset(path).take(RECORDS_CHECKED_PER_FILE)
+                       .as_numpy_iterator())
+        for record in records:
+            _check_example(tf.train.Example.FromString(record).features.feature, path, flag,
+                           expected, vocab_size, masked)
+        if records:
+            nonempty.append(path)
+    if not nonempty:
+        raise InputDataError(f"--{flag}: all {len(files)} file(s) are empty, e.g. {files[0]}")
+    return nonempty
+
+
+def _check_example(feature, path, flag, expected, vocab_size, masked):
+    for name, (dtype, _) in FEATURES.items():
+        if name not in feature:
+            raise InputDataError(f"--{flag}: {path}: records lack feature {name!r}; expected "
+                                 "Google's pretraining schema (make it with "
+                                 "create_pretraining_data.py)")
+        values = feature[name].float_list.value if dtype == "float32" else \
+            feature[name].int64_list.value
+        if len(values) != expected[name]:
+            raise InputDataError(
+                f"--{flag}: {path}: feature {name!r} has length {len(values)}, expected "
+                f"{expected[name]} (max_seq_length={expected['input_ids']}, "
+                f"max_predictions_per_seq={expected['masked_lm_ids']}); pass the lengths the "
+                "data was created with")
+    largest = max(max(feature[name].int64_list.value, default=0)
+                  for name in ("input_ids", "masked_lm_ids"))
+    if vocab_size is not None and largest >= vocab_size:
+        raise InputDataError(
+            f"--{flag}: {path} holds token id {largest} but vocab_size is {vocab_size} in "
+            "the bert_config.json (this gives NaN losses on GPUs); use the bert_config.json "
+            "whose vocab_size matches the vocab file the data was made with")
+    is_masked = any(weight != 0 for weight in feature["masked_lm_weights"].float_list.value)
+    if masked is False and is_masked:
+        raise InputDataError(
+            f"--{flag}: {path} holds masked records, but --dynamic_masking masks during "
+            "training and needs unmasked ones: make the data with create_pretraining_data.py "
+            "--dynamic_masking, or drop --dynamic_masking")
+    if masked is True and not is_masked:
+        raise InputDataError(
+            f"--{flag}: {path} holds unmasked records (create_pretraining_data.py "
+            "--dynamic_masking): train on them with --dynamic_masking --vocab_file=VOCAB")

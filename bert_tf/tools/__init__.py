@@ -1,0 +1,1 @@
+"""User tools around training: doctor, estimate, predict and the demo."""

@@ -1,0 +1,122 @@
+"""Rank 0's output: stdout, metrics.jsonl, TensorBoard and JSON summaries, behind one object.
+
+Every rank holds a Reporter; only rank 0's writes anything, so the loop never asks which rank
+it is. Use it as a context manager: the metrics file and the TensorBoard writer are closed on
+every exit path, errors included.
+"""
+
+import json
+import os
+import tempfile
+
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+# TensorBoard shows a summary as a scalar plot by this metadata (what tf.summary.scalar
+# writes; that one needs the tensorboard package, which tensorflow-cpu does not install).
+SCALAR_SUMMARY = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+NOT_PLOTTED = ("step", "num_ranks")
+
+
+class OutputDirError(RuntimeError):
+    """--output_dir cannot be written."""
+
+
+def check_writable(directory: str, flag: str) -> None:
+    """Creates `directory` if needed and proves a file can be written there."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise OutputDirError(f"--{flag}={directory} is not writable ({e.strerror}); choose a "
+                             "directory you can write to") from None
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Writes JSON atomically (a reader never sees half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, path)
+
+
+class Reporter:
+    """Rank 0's output for one run in `output_dir`; on other ranks every method does nothing."""
+
+    def __init__(self, output_dir: str, enabled: bool):
+        self.output_dir = output_dir
+        self.enabled = enabled
+        self._metrics_file = None
+        self._writer = None
+        if enabled:
+            check_writable(output_dir, "output_dir")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def log(self, message: str) -> None:
+        if self.enabled:
+            print(message, flush=True)
+
+    def start_metrics(self, start_step: int) -> None:
+        """Opens metrics.jsonl for appending after dropping what a killed run logged past its
+        last checkpoint (`start_step`), and the TensorBoard writer."""
+        if not self.enabled:
+            return
+        path = os.path.join(self.output_dir, "metrics.jsonl")
+        _drop_metrics_after(path, start_step)
+        self._metrics_file = open(path, "a")  # closed by close()
+        self._writer = tf.summary.create_file_writer(self.output_dir)
+
+    def metrics(self, record: dict) -> None:
+        """One metrics record: a JSON line, TensorBoard scalars and a line on stdout."""
+        if not self.enabled:
+            return
+        self._metrics_file.write(json.dumps(record) + "\n")
+        self._metrics_file.flush()
+        with self._writer.as_default(step=record["step"]):
+            for key, value in record.items():
+                if key not in NOT_PLOTTED:
+                    tf.summary.write(key, float(value), metadata=SCALAR_SUMMARY)
+        print(" ".join(f"{key}={_short(value)}" for key, value in record.items()), flush=True)
+
+    def summary(self, name: str, payload: dict) -> None:
+        """`name`.json in the output directory, and one line on stdout."""
+        if self.enabled:
+            write_json(os.path.join(self.output_dir, f"{name}.json"), payload)
+            print(f"{name}: {json.dumps(payload)}", flush=True)
+
+    def close(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _drop_metrics_after(path: str, step: int) -> None:
+    """On resume, forget lines a killed run logged after its last checkpoint."""
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path) as f:
+        for line in f:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (ValueError, KeyError):  # a line cut short by the kill
+                pass
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
+
+def _short(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
