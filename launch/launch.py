@@ -17,6 +17,7 @@ A recipe is a run_pretraining flagfile. Its `# global_batch_size: N` line (or
 --num_accumulation_steps = global_batch_size / (train_batch_size * total GPUs).
 """
 
+import dataclasses
 import os
 import re
 import shlex
@@ -31,38 +32,79 @@ LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker")
 # Forwarded to every rank by mpirun (Horovod's documented set).
 MPI_FORWARDED_ENV = ("NCCL_DEBUG", "LD_LIBRARY_PATH", "PATH")
 
-FLAGS = flags.FLAGS
-flags.DEFINE_enum("launcher", None, LAUNCHERS, "How to start the ranks.")
-flags.DEFINE_string("recipe", None, "run_pretraining flagfile (launch/recipes/*.flags).")
-flags.DEFINE_integer("num_gpus", 1, "Ranks per node: one per GPU (on CPU, processes).")
-flags.DEFINE_integer("num_nodes", 1, "Nodes (slurm; horovodrun/mpirun take --hosts).")
-flags.DEFINE_list("hosts", None, "Node host names for multi-node horovodrun/mpirun; each "
-                  "runs --num_gpus ranks (localhost when unset).")
-flags.DEFINE_integer("global_batch_size", None,
-                     "Sequences per optimizer update over all GPUs; default: the recipe's.")
-flags.DEFINE_integer("train_batch_size", None,
-                     "Sequences per GPU per micro-batch; default: the recipe's.")
-flags.DEFINE_enum("controller", None, ["gloo", "mpi"],
-                  "horovodrun controller (--gloo or --mpi); default: Horovod's choice.")
-flags.DEFINE_string("python", "python", "Python interpreter on the nodes.")
-flags.DEFINE_bool("allow_run_as_root", os.geteuid() == 0,
-                  "Pass --allow-run-as-root to mpirun (needed as root, e.g. in containers).")
-flags.DEFINE_string("image", "bert_tf", "docker: image built from our Dockerfile.")
-flags.DEFINE_bool("ipc_host", True,
-                  "docker: share the host IPC namespace (--ipc=host, as NGC documents); "
-                  "--noipc_host gives the container a 1 GiB /dev/shm instead (--shm-size=1g, "
-                  "as NVIDIA's BERT scripts; Docker ignores --shm-size under --ipc=host).")
-flags.DEFINE_string("data_dir", None, "docker: host directory mounted at /data.")
-flags.DEFINE_string("results_dir", None, "docker: host directory mounted at /results.")
-flags.DEFINE_string("job_name", "bert_tf", "slurm: job name.")
-flags.DEFINE_string("time_limit", "24:00:00", "slurm: --time of the job.")
-flags.DEFINE_string("partition", None, "slurm: partition.")
-flags.DEFINE_string("container_image", None,
-                    "slurm: run inside this image with pyxis/enroot (srun --container-image).")
-flags.DEFINE_string("container_mounts", None, "slurm: srun --container-mounts value.")
-flags.DEFINE_string("sbatch_script", None,
-                    "slurm: where to write the job script (default: ./<job_name>.sbatch).")
-flags.DEFINE_bool("dry_run", False, "Print the command (and the sbatch script) only.")
+@dataclasses.dataclass
+class LaunchConfig:
+    """What to start: the launcher's flags and the run_pretraining flags passed through."""
+
+    launcher: str
+    recipe: str | None = None
+    num_gpus: int = 1
+    num_nodes: int = 1
+    hosts: list[str] | None = None
+    global_batch_size: int | None = None
+    train_batch_size: int | None = None
+    controller: str | None = None
+    python: str = "python"
+    allow_run_as_root: bool = dataclasses.field(default_factory=lambda: os.geteuid() == 0)
+    image: str = "bert_tf"
+    ipc_host: bool = True
+    data_dir: str | None = None
+    results_dir: str | None = None
+    job_name: str = "bert_tf"
+    time_limit: str = "24:00:00"
+    partition: str | None = None
+    container_image: str | None = None
+    container_mounts: str | None = None
+    sbatch_script: str | None = None
+    dry_run: bool = False
+    # Flags this launcher does not define, for run_pretraining.py (after the recipe: they win).
+    training_flags: list[str] = dataclasses.field(default_factory=list)
+
+
+def define_flags() -> None:
+    """Defines the launcher's flags (defaults from LaunchConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(LaunchConfig)}
+    flags.DEFINE_enum("launcher", None, LAUNCHERS, "How to start the ranks.")
+    flags.DEFINE_string("recipe", None, "run_pretraining flagfile (launch/recipes/*.flags).")
+    flags.DEFINE_integer("num_gpus", d["num_gpus"],
+                         "Ranks per node: one per GPU (on CPU, processes).")
+    flags.DEFINE_integer("num_nodes", d["num_nodes"],
+                         "Nodes (slurm; horovodrun/mpirun take --hosts).")
+    flags.DEFINE_list("hosts", None, "Node host names for multi-node horovodrun/mpirun; each "
+                      "runs --num_gpus ranks (localhost when unset).")
+    flags.DEFINE_integer("global_batch_size", None,
+                         "Sequences per optimizer update over all GPUs; default: the recipe's.")
+    flags.DEFINE_integer("train_batch_size", None,
+                         "Sequences per GPU per micro-batch; default: the recipe's.")
+    flags.DEFINE_enum("controller", None, ["gloo", "mpi"],
+                      "horovodrun controller (--gloo or --mpi); default: Horovod's choice.")
+    flags.DEFINE_string("python", d["python"], "Python interpreter on the nodes.")
+    flags.DEFINE_bool("allow_run_as_root", os.geteuid() == 0,
+                      "Pass --allow-run-as-root to mpirun (needed as root, e.g. in containers).")
+    flags.DEFINE_string("image", d["image"], "docker: image built from our Dockerfile.")
+    flags.DEFINE_bool("ipc_host", d["ipc_host"],
+                      "docker: share the host IPC namespace (--ipc=host, as NGC documents); "
+                      "--noipc_host gives the container a 1 GiB /dev/shm instead "
+                      "(--shm-size=1g, as NVIDIA's BERT scripts; Docker ignores --shm-size "
+                      "under --ipc=host).")
+    flags.DEFINE_string("data_dir", None, "docker: host directory mounted at /data.")
+    flags.DEFINE_string("results_dir", None, "docker: host directory mounted at /results.")
+    flags.DEFINE_string("job_name", d["job_name"], "slurm: job name.")
+    flags.DEFINE_string("time_limit", d["time_limit"], "slurm: --time of the job.")
+    flags.DEFINE_string("partition", None, "slurm: partition.")
+    flags.DEFINE_string("container_image", None,
+                        "slurm: run inside this image with pyxis/enroot (srun --container-image).")
+    flags.DEFINE_string("container_mounts", None, "slurm: srun --container-mounts value.")
+    flags.DEFINE_string("sbatch_script", None,
+                        "slurm: where to write the job script (default: ./<job_name>.sbatch).")
+    flags.DEFINE_bool("dry_run", d["dry_run"], "Print the command (and the sbatch script) only.")
+
+
+def config_from_flags(flag_values, training_flags) -> LaunchConfig:
+    """A LaunchConfig from parsed flags and the arguments absl left unparsed."""
+    names = [f.name for f in dataclasses.fields(LaunchConfig) if f.name != "training_flags"]
+    return LaunchConfig(**{name: flag_values[name].value for name in names},
+                        training_flags=list(training_flags))
 
 
 class LaunchError(ValueError):
@@ -114,31 +156,31 @@ def accumulation_steps(global_batch_size, train_batch_size, world_size) -> int:
     return global_batch_size // per_micro_batch
 
 
-def training_args(passthrough, world_size, repo=REPO) -> list[str]:
+def training_args(config: LaunchConfig, world_size, repo=REPO) -> list[str]:
     """run_pretraining.py and its flags: the recipe, then the computed batch flags,
     then the user's own flags (which win)."""
     args = []
     recipe_values, recipe_global = {}, None
-    if FLAGS.recipe:
-        recipe_values, recipe_global = read_recipe(FLAGS.recipe)
-        args.append(f"--flagfile={_in_repo(FLAGS.recipe, repo)}")
-        config = recipe_values.get("bert_config_file")
-        if (repo == REPO and config and not os.path.isfile(config)
-                and passed_value(passthrough, "bert_config_file") is None):
-            raise LaunchError(f"--recipe={FLAGS.recipe} names --bert_config_file={config}, "
+    if config.recipe:
+        recipe_values, recipe_global = read_recipe(config.recipe)
+        args.append(f"--flagfile={_in_repo(config.recipe, repo)}")
+        bert_config = recipe_values.get("bert_config_file")
+        if (repo == REPO and bert_config and not os.path.isfile(bert_config)
+                and passed_value(config.training_flags, "bert_config_file") is None):
+            raise LaunchError(f"--recipe={config.recipe} names --bert_config_file={bert_config}, "
                               f"which is not found from {os.getcwd()}: run from the repository "
                               f"root ({REPO}) or pass --bert_config_file")
-    batch = FLAGS.train_batch_size or passed_value(passthrough, "train_batch_size") \
+    batch = config.train_batch_size or passed_value(config.training_flags, "train_batch_size") \
         or recipe_values.get("train_batch_size")
-    if FLAGS.train_batch_size:
-        args.append(f"--train_batch_size={FLAGS.train_batch_size}")
-    global_batch = FLAGS.global_batch_size or recipe_global
-    if global_batch and passed_value(passthrough, "num_accumulation_steps") is None:
+    if config.train_batch_size:
+        args.append(f"--train_batch_size={config.train_batch_size}")
+    global_batch = config.global_batch_size or recipe_global
+    if global_batch and passed_value(config.training_flags, "num_accumulation_steps") is None:
         if not batch:
             raise LaunchError("--global_batch_size needs a --train_batch_size (flag or recipe)")
         steps = accumulation_steps(global_batch, int(batch), world_size)
         args.append(f"--num_accumulation_steps={steps}")
-    return [_in_repo(os.path.join(REPO, "run_pretraining.py"), repo)] + args + list(passthrough)
+    return [_in_repo(os.path.join(REPO, "run_pretraining.py"), repo)] + args + config.training_flags
 
 
 def _in_repo(path, repo):
@@ -152,25 +194,25 @@ def _in_repo(path, repo):
     return os.path.join(repo, os.path.relpath(absolute, REPO))
 
 
-def host_list():
-    hosts = FLAGS.hosts or ["localhost"]
-    return ",".join(f"{h}:{FLAGS.num_gpus}" for h in hosts), len(hosts)
+def host_list(config: LaunchConfig):
+    hosts = config.hosts or ["localhost"]
+    return ",".join(f"{h}:{config.num_gpus}" for h in hosts), len(hosts)
 
 
-def horovodrun_command(passthrough, repo=REPO, python=None) -> list[str]:
-    hosts, num_hosts = host_list()
-    world = FLAGS.num_gpus * num_hosts
+def horovodrun_command(config: LaunchConfig, repo=REPO, python=None) -> list[str]:
+    hosts, num_hosts = host_list(config)
+    world = config.num_gpus * num_hosts
     command = ["horovodrun", "-np", str(world), "-H", hosts]
-    if FLAGS.controller:
-        command.append(f"--{FLAGS.controller}")
-    return command + [python or FLAGS.python] + training_args(passthrough, world, repo)
+    if config.controller:
+        command.append(f"--{config.controller}")
+    return command + [python or config.python] + training_args(config, world, repo)
 
 
-def mpirun_command(passthrough) -> list[str]:
-    hosts, num_hosts = host_list()
-    world = FLAGS.num_gpus * num_hosts
+def mpirun_command(config: LaunchConfig) -> list[str]:
+    hosts, num_hosts = host_list(config)
+    world = config.num_gpus * num_hosts
     command = ["mpirun", "-np", str(world), "-H", hosts]
-    if FLAGS.allow_run_as_root:
+    if config.allow_run_as_root:
         command.append("--allow-run-as-root")
     # No core binding (each rank runs many threads), ranks fill a host's slots in
     # order, TCP/shared-memory byte transfer layer (not the openib one).
@@ -178,95 +220,102 @@ def mpirun_command(passthrough) -> list[str]:
     for name in MPI_FORWARDED_ENV:
         command += ["-x", name]
     command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
-    return command + [FLAGS.python] + training_args(passthrough, world)
+    return command + [config.python] + training_args(config, world)
 
 
-def docker_command(passthrough) -> list[str]:
-    if FLAGS.hosts:
+def docker_command(config: LaunchConfig) -> list[str]:
+    if config.hosts:
         raise LaunchError("--launcher=docker runs one node; for several use --launcher=slurm "
                           "with --container_image")
     command = ["docker", "run", "--rm", "--gpus", "all"]
-    command += ["--ipc=host"] if FLAGS.ipc_host else ["--shm-size=1g"]
+    command += ["--ipc=host"] if config.ipc_host else ["--shm-size=1g"]
     command += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
-    for host_dir, mount in ((FLAGS.data_dir, "/data"), (FLAGS.results_dir, "/results")):
+    for host_dir, mount in ((config.data_dir, "/data"), (config.results_dir, "/results")):
         if host_dir:
             command += ["-v", f"{os.path.abspath(host_dir)}:{mount}"]
-    command.append(FLAGS.image)
+    command.append(config.image)
     # The image's own interpreter, whatever --python says for the host.
-    if FLAGS.num_gpus == 1:
-        return command + ["python"] + training_args(passthrough, 1, CONTAINER_REPO)
-    return command + horovodrun_command(passthrough, CONTAINER_REPO, python="python")
+    if config.num_gpus == 1:
+        return command + ["python"] + training_args(config, 1, CONTAINER_REPO)
+    return command + horovodrun_command(config, CONTAINER_REPO, python="python")
 
 
-def sbatch_script(passthrough) -> str:
-    world = FLAGS.num_gpus * FLAGS.num_nodes
+def sbatch_script(config: LaunchConfig) -> str:
+    world = config.num_gpus * config.num_nodes
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --job-name={FLAGS.job_name}",
-        f"#SBATCH --nodes={FLAGS.num_nodes}",
-        f"#SBATCH --ntasks-per-node={FLAGS.num_gpus}",
-        f"#SBATCH --gpus-per-node={FLAGS.num_gpus}",
-        f"#SBATCH --time={FLAGS.time_limit}",
+        f"#SBATCH --job-name={config.job_name}",
+        f"#SBATCH --nodes={config.num_nodes}",
+        f"#SBATCH --ntasks-per-node={config.num_gpus}",
+        f"#SBATCH --gpus-per-node={config.num_gpus}",
+        f"#SBATCH --time={config.time_limit}",
         "#SBATCH --exclusive",
     ]
-    if FLAGS.partition:
-        lines.append(f"#SBATCH --partition={FLAGS.partition}")
+    if config.partition:
+        lines.append(f"#SBATCH --partition={config.partition}")
     srun = ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1"]
     repo = REPO
-    if FLAGS.container_image:
+    if config.container_image:
         repo = CONTAINER_REPO
-        srun.append(f"--container-image={FLAGS.container_image}")
-        if FLAGS.container_mounts:
-            srun.append(f"--container-mounts={FLAGS.container_mounts}")
+        srun.append(f"--container-image={config.container_image}")
+        if config.container_mounts:
+            srun.append(f"--container-mounts={config.container_mounts}")
         srun.append(f"--container-workdir={CONTAINER_REPO}")
     lines += [
         "# One task per GPU; Horovod takes rank and size from Slurm's MPI (PMI2).",
         "set -euo pipefail",
         f"cd {shlex.quote(REPO)}",
-        shlex.join(srun + [FLAGS.python] + training_args(passthrough, world, repo)),
+        shlex.join(srun + [config.python] + training_args(config, world, repo)),
     ]
     return "\n".join(lines) + "\n"
 
 
-def build(passthrough) -> tuple[list[str], str | None]:
+def build(config: LaunchConfig) -> tuple[list[str], str | None]:
     """The command to run and, for slurm, the job script it submits."""
-    if FLAGS.num_gpus < 1 or FLAGS.num_nodes < 1:
+    if config.num_gpus < 1 or config.num_nodes < 1:
         raise LaunchError("--num_gpus and --num_nodes must be >= 1")
-    if FLAGS.launcher == "slurm":
-        path = FLAGS.sbatch_script or f"{FLAGS.job_name}.sbatch"
-        return ["sbatch", path], sbatch_script(passthrough)
-    if FLAGS.num_nodes != 1:
+    if config.launcher == "slurm":
+        path = config.sbatch_script or f"{config.job_name}.sbatch"
+        return ["sbatch", path], sbatch_script(config)
+    if config.num_nodes != 1:
         raise LaunchError(f"--num_nodes is for --launcher=slurm; with --launcher="
-                          f"{FLAGS.launcher} list the nodes in --hosts")
+                          f"{config.launcher} list the nodes in --hosts")
     builders = {"horovodrun": horovodrun_command, "mpirun": mpirun_command,
                 "docker": docker_command}
-    return builders[FLAGS.launcher](passthrough), None
+    return builders[config.launcher](config), None
 
 
 def main(argv):
-    passthrough = argv[1:]
-    positional = [a for a in passthrough if not a.startswith("--")]
+    training_flags = argv[1:]
+    positional = [a for a in training_flags if not a.startswith("--")]
     if positional:
         raise app.UsageError(f"unexpected positional arguments {positional}: every option is a "
                              "--flag=value (training flags pass through to run_pretraining.py)")
-    if FLAGS.launcher is None:
+    if flags.FLAGS.launcher is None:
         raise app.UsageError(f"--launcher is required ({'|'.join(LAUNCHERS)})")
+    return launch(config_from_flags(flags.FLAGS, training_flags))
+
+
+def launch(config: LaunchConfig) -> int:
+    """Prints the command (and writes the slurm script), then runs it unless a dry run;
+    returns the exit code."""
     try:
-        command, script = build(passthrough)
+        command, script = build(config)
     except LaunchError as e:
         print(f"launch: error: {e}", file=sys.stderr)
         return 2
     if script is not None:
-        if FLAGS.dry_run:
+        if config.dry_run:
             print(f"# {command[1]}\n{script}", end="")
         else:
             with open(command[1], "w", encoding="utf-8") as f:
                 f.write(script)
     print(shlex.join(command), flush=True)
-    if FLAGS.dry_run:
+    if config.dry_run:
         return 0
     return subprocess.call(command)
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=lambda argv: FLAGS(argv, known_only=True))
+    define_flags()
+    app.run(main, flags_parser=lambda argv: flags.FLAGS(argv, known_only=True))

@@ -1,6 +1,8 @@
-"""launch/launch.py dry-runs: the exact commands each launcher would run, and the
-accumulation steps it derives from the recipes' global batch sizes."""
+"""launch/launch.py: the exact commands each launcher would run, and the accumulation
+steps it derives from the recipes' global batch sizes. The builders are plain functions of a
+LaunchConfig, tested in-process; two subprocess tests cover the command line itself."""
 
+import importlib.util
 import shlex
 
 import pytest
@@ -10,13 +12,27 @@ LAUNCH = REPO / "launch" / "launch.py"
 RECIPES = REPO / "launch" / "recipes"
 RUN = f"{REPO}/run_pretraining.py"
 
+_spec = importlib.util.spec_from_file_location("launch", LAUNCH)
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
 
-def dry_run(*flags, check=True):
-    return run_command([PYTHON, LAUNCH, "--dry_run", *flags], check=check)
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    """Recipes name their bert_config_file relative to the repository root, where the
+    launcher is documented to run."""
+    monkeypatch.chdir(REPO)
 
 
-def command_of(proc):
-    return shlex.split(proc.stdout.strip().splitlines()[-1])
+def dry_run(capsys, **fields):
+    """(exit code, stdout, stderr) of a dry run of LaunchConfig(**fields)."""
+    code = launch.launch(launch.LaunchConfig(dry_run=True, **fields))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def command_of(out):
+    return shlex.split(out.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("recipe, gpus, accumulation", [
@@ -25,10 +41,12 @@ def command_of(proc):
     ("bert_base_phase1", 1, 256), ("bert_base_phase1", 8, 32), ("bert_base_phase1", 128, 2),
     ("bert_base_phase2", 1, 512), ("bert_base_phase2", 8, 64), ("bert_base_phase2", 16, 32),
 ])
-def test_recipes_reach_nvidias_global_batch_on_any_gpu_count(recipe, gpus, accumulation):
-    proc = dry_run("--launcher=horovodrun", f"--num_gpus={gpus}",
-                   f"--recipe=launch/recipes/{recipe}.flags", "--output_dir=/results/x")
-    assert command_of(proc) == [
+def test_recipes_reach_nvidias_global_batch_on_any_gpu_count(recipe, gpus, accumulation,
+                                                             capsys):
+    _, out, _ = dry_run(capsys, launcher="horovodrun", num_gpus=gpus,
+                        recipe=f"launch/recipes/{recipe}.flags",
+                        training_flags=["--output_dir=/results/x"])
+    assert command_of(out) == [
         "horovodrun", "-np", str(gpus), "-H", f"localhost:{gpus}", "python", RUN,
         f"--flagfile={RECIPES}/{recipe}.flags", f"--num_accumulation_steps={accumulation}",
         "--output_dir=/results/x"]
@@ -51,20 +69,22 @@ def test_recipes_follow_nvidia_lamb_schedule():
                 assert flag in lines, (model, recipe, flag)
 
 
-def test_multi_node_horovodrun_and_overrides():
-    proc = dry_run("--launcher=horovodrun", "--num_gpus=8", "--hosts=node1,node2",
-                   "--recipe=launch/recipes/bert_large_phase1.flags", "--train_batch_size=32",
-                   "--controller=gloo", "--python=/opt/venv/bin/python", "--input_files=/d/*")
-    assert command_of(proc) == [
+def test_multi_node_horovodrun_and_overrides(capsys):
+    _, out, _ = dry_run(capsys, launcher="horovodrun", num_gpus=8, hosts=["node1", "node2"],
+                        recipe="launch/recipes/bert_large_phase1.flags", train_batch_size=32,
+                        controller="gloo", python="/opt/venv/bin/python",
+                        training_flags=["--input_files=/d/*"])
+    assert command_of(out) == [
         "horovodrun", "-np", "16", "-H", "node1:8,node2:8", "--gloo", "/opt/venv/bin/python",
         RUN, f"--flagfile={RECIPES}/bert_large_phase1.flags", "--train_batch_size=32",
         "--num_accumulation_steps=128", "--input_files=/d/*"]
 
 
-def test_mpirun_binding_and_environment_forwarding():
-    proc = dry_run("--launcher=mpirun", "--num_gpus=4", "--allow_run_as_root",
-                   "--recipe=launch/recipes/bert_base_phase2.flags", "--init_checkpoint=/r/p1")
-    assert command_of(proc) == [
+def test_mpirun_binding_and_environment_forwarding(capsys):
+    _, out, _ = dry_run(capsys, launcher="mpirun", num_gpus=4, allow_run_as_root=True,
+                        recipe="launch/recipes/bert_base_phase2.flags",
+                        training_flags=["--init_checkpoint=/r/p1"])
+    assert command_of(out) == [
         "mpirun", "-np", "4", "-H", "localhost:4", "--allow-run-as-root", "-bind-to", "none",
         "-map-by", "slot", "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "python", RUN,
@@ -72,11 +92,11 @@ def test_mpirun_binding_and_environment_forwarding():
         "--init_checkpoint=/r/p1"]
 
 
-def test_slurm_script_runs_one_task_per_gpu_with_srun():
-    proc = dry_run("--launcher=slurm", "--num_nodes=4", "--num_gpus=8", "--job_name=p1",
-                   "--partition=gpu", "--recipe=launch/recipes/bert_large_phase1.flags",
-                   "--output_dir=/shared/p1")
-    lines = proc.stdout.splitlines()
+def test_slurm_script_runs_one_task_per_gpu_with_srun(capsys):
+    _, out, _ = dry_run(capsys, launcher="slurm", num_nodes=4, num_gpus=8, job_name="p1",
+                        partition="gpu", recipe="launch/recipes/bert_large_phase1.flags",
+                        training_flags=["--output_dir=/shared/p1"])
+    lines = out.splitlines()
     assert lines[0] == "# p1.sbatch" and lines[1] == "#!/bin/bash"
     for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu",
                       "--job-name=p1"):
@@ -88,11 +108,12 @@ def test_slurm_script_runs_one_task_per_gpu_with_srun():
     assert lines[-1] == "sbatch p1.sbatch"
 
 
-def test_slurm_in_a_container_uses_the_image_paths():
-    proc = dry_run("--launcher=slurm", "--num_nodes=2", "--num_gpus=8",
-                   "--container_image=nvcr.io/me/bert_tf:1", "--container_mounts=/lustre:/data",
-                   "--recipe=launch/recipes/bert_base_phase1.flags")
-    srun = shlex.split(next(line for line in proc.stdout.splitlines()
+def test_slurm_in_a_container_uses_the_image_paths(capsys):
+    _, out, _ = dry_run(capsys, launcher="slurm", num_nodes=2, num_gpus=8,
+                        container_image="nvcr.io/me/bert_tf:1",
+                        container_mounts="/lustre:/data",
+                        recipe="launch/recipes/bert_base_phase1.flags")
+    srun = shlex.split(next(line for line in out.splitlines()
                             if line.startswith("srun ")))
     assert srun[3:8] == ["--container-image=nvcr.io/me/bert_tf:1",
                          "--container-mounts=/lustre:/data",
@@ -101,33 +122,45 @@ def test_slurm_in_a_container_uses_the_image_paths():
     assert "--flagfile=/workspace/bert_tf/launch/recipes/bert_base_phase1.flags" in srun
 
 
-def test_docker_run_of_our_image():
-    proc = dry_run("--launcher=docker", "--num_gpus=8", "--data_dir=/mnt/data",
-                   "--results_dir=/mnt/results", "--recipe=launch/recipes/bert_large_phase2.flags",
-                   "--input_files=/data/p2/*", "--output_dir=/results/p2")
-    assert command_of(proc) == [
+def test_docker_run_of_our_image(capsys):
+    _, out, _ = dry_run(capsys, launcher="docker", num_gpus=8, data_dir="/mnt/data",
+                        results_dir="/mnt/results", recipe="launch/recipes/bert_large_phase2.flags",
+                        training_flags=["--input_files=/data/p2/*", "--output_dir=/results/p2"])
+    assert command_of(out) == [
         "docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--ulimit", "memlock=-1",
         "--ulimit", "stack=67108864", "-v", "/mnt/data:/data", "-v", "/mnt/results:/results",
         "bert_tf", "horovodrun", "-np", "8", "-H", "localhost:8", "python",
         "/workspace/bert_tf/run_pretraining.py",
         "--flagfile=/workspace/bert_tf/launch/recipes/bert_large_phase2.flags",
         "--num_accumulation_steps=256", "--input_files=/data/p2/*", "--output_dir=/results/p2"]
-    one = command_of(dry_run("--launcher=docker", "--noipc_host", "--image=bert_tf:dev"))
+    one = command_of(dry_run(capsys, launcher="docker", ipc_host=False, image="bert_tf:dev")[1])
     assert one[:10] == ["docker", "run", "--rm", "--gpus", "all", "--shm-size=1g", "--ulimit",
                         "memlock=-1", "--ulimit", "stack=67108864"]
     assert one[10:] == ["bert_tf:dev", "python", "/workspace/bert_tf/run_pretraining.py"]
 
 
-def test_bad_launches_say_what_to_change():
-    proc = dry_run("--launcher=horovodrun", "--num_gpus=8", "--train_batch_size=48",
-                   "--recipe=launch/recipes/bert_large_phase1.flags", check=False)
-    assert proc.returncode == 2
+def test_bad_launches_say_what_to_change(capsys):
+    code, _, err = dry_run(capsys, launcher="horovodrun", num_gpus=8, train_batch_size=48,
+                           recipe="launch/recipes/bert_large_phase1.flags")
+    assert code == 2
     assert ("--global_batch_size=65536 is not a multiple of train_batch_size x GPUs = 48 x 8 = "
-            "384; the nearest that does is --train_batch_size=32") in proc.stderr
-    proc = dry_run("--launcher=mpirun", "--num_gpus=6",
-                   "--recipe=launch/recipes/bert_large_phase1.flags", check=False)
-    assert "does not split evenly over 6 GPUs" in proc.stderr
-    proc = dry_run("--launcher=mpirun", "positional", check=False)
+            "384; the nearest that does is --train_batch_size=32") in err
+    _, _, err = dry_run(capsys, launcher="mpirun", num_gpus=6,
+                        recipe="launch/recipes/bert_large_phase1.flags")
+    assert "does not split evenly over 6 GPUs" in err
+
+
+def test_command_line_flags_become_the_config_and_the_rest_passes_through():
+    proc = run_command([PYTHON, LAUNCH, "--dry_run", "--launcher=horovodrun", "--num_gpus=8",
+                        "--hosts=node1,node2", "--noipc_host",
+                        "--recipe=launch/recipes/bert_large_phase1.flags",
+                        "--train_batch_size=32", "--input_files=/d/*"])
+    assert command_of(proc.stdout) == [
+        "horovodrun", "-np", "16", "-H", "node1:8,node2:8", "python", RUN,
+        f"--flagfile={RECIPES}/bert_large_phase1.flags", "--train_batch_size=32",
+        "--num_accumulation_steps=128", "--input_files=/d/*"]
+    proc = run_command([PYTHON, LAUNCH, "--dry_run", "--launcher=mpirun", "positional"],
+                       check=False)
     assert proc.returncode != 0 and "unexpected positional arguments ['positional']" in proc.stderr
 
 
