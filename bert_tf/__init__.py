@@ -1,5 +1,6 @@
 """bert_tf: pretrain BERT from scratch with TensorFlow 2 and Horovod."""
 
+import dataclasses
 import os
 
 __version__ = "0.1.0"
@@ -15,3 +16,22 @@ def use_onednn_by_default() -> None:
     (--precision=amp) exists only with it. An explicit TF_ENABLE_ONEDNN_OPTS=0 wins.
     """
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+
+def config_from_flags(config_class, flag_values, **values):
+    """The dataclass `config_class` with each field read from the parsed absl flag of the
+    same name, except those given in `values`: how every entry point turns its flags into
+    the configuration its library functions take.
+
+    Args:
+      config_class: a dataclass whose field names are flag names.
+      flag_values: parsed absl FlagValues (e.g. absl.flags.FLAGS).
+      **values: fields that are not flags (e.g. positional arguments).
+
+    Returns:
+      An instance of config_class.
+    """
+    for field in dataclasses.fields(config_class):
+        if field.name not in values:
+            values[field.name] = flag_values[field.name].value
+    return config_class(**values)

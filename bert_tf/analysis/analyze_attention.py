@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import app, flags
 from tqdm import tqdm
 
+import bert_tf
 from bert_tf.analysis import plots, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
 from bert_tf.data.tokenization import FullTokenizer, VocabError
@@ -496,8 +497,7 @@ def define_flags():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    args = AnalysisArgs(**{f.name: FLAGS[f.name].value
-                           for f in dataclasses.fields(AnalysisArgs)})
+    args = bert_tf.config_from_flags(AnalysisArgs, FLAGS)
     try:
         report = analyse(args)
     except (AnalysisError, ConlluError, BertConfigError, VocabError) as e:

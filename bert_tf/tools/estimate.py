@@ -17,6 +17,7 @@ import sys
 
 from absl import app, flags
 
+import bert_tf
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.train.config import PRECISION_MODES
 
@@ -200,21 +201,47 @@ def format_duration(seconds):
     return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
 
 
+@dataclasses.dataclass
+class EstimateConfig:
+    """The estimator's inputs (its flags): the model, the amount of training, the throughput."""
+
+    bert_config_file: str | None = None
+    model: str | None = None
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    num_sequences: float | None = None
+    corpus_tokens: float | None = None
+    epochs: float = 1.0
+    num_train_steps: int | None = None
+    global_batch_size: int | None = None
+    num_devices: int = 1
+    sequences_per_second: float | None = None
+    metrics_file: str | None = None
+    metrics_num_devices: int | None = None
+    efficiency: float | None = None
+    price_per_device_hour: float | None = None
+    peak_tflops: float | None = None
+
+
 def define_flags():
+    """Defines the estimator's flags (defaults from EstimateConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(EstimateConfig)}
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
     flags.DEFINE_enum("model", None, list(MODEL_PRESETS),
                       "Named BERT size when there is no --bert_config_file.")
-    flags.DEFINE_integer("max_seq_length", 128, "Sequence length.")
-    flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per sequence.")
+    flags.DEFINE_integer("max_seq_length", d["max_seq_length"], "Sequence length.")
+    flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"],
+                         "Masked positions per sequence.")
     flags.DEFINE_float("num_sequences", None, "Training sequences in total (all epochs).")
     flags.DEFINE_float("corpus_tokens", None,
                        "Corpus size in WordPiece tokens (with --epochs, instead of "
                        "--num_sequences).")
-    flags.DEFINE_float("epochs", 1.0, "Passes over --corpus_tokens.")
+    flags.DEFINE_float("epochs", d["epochs"], "Passes over --corpus_tokens.")
     flags.DEFINE_integer("num_train_steps", None,
                          "Optimizer steps (with --global_batch_size, instead of --num_sequences).")
     flags.DEFINE_integer("global_batch_size", None, "Sequences per optimizer step, all devices.")
-    flags.DEFINE_integer("num_devices", 1, "GPUs (or CPU processes) training together.")
+    flags.DEFINE_integer("num_devices", d["num_devices"],
+                         "GPUs (or CPU processes) training together.")
     flags.DEFINE_float("sequences_per_second", None, "Measured throughput of ONE device.")
     flags.DEFINE_string("metrics_file", None,
                         "metrics.jsonl of a short run_pretraining.py run (instead of "
@@ -229,74 +256,76 @@ def define_flags():
                        "Peak TFLOP/s of one device, to print model FLOPs utilisation.")
 
 
-def number_of_sequences(FLAGS):
+def number_of_sequences(config: EstimateConfig):
+    """(sequences, how they were counted) from whichever one way the config gives."""
     given = [name for name in ("num_sequences", "corpus_tokens", "num_train_steps")
-             if getattr(FLAGS, name) is not None]
+             if getattr(config, name) is not None]
     if len(given) != 1:
         raise EstimateError(
             "give the amount of training exactly one way: --num_sequences, or "
             "--corpus_tokens with --epochs, or --num_train_steps with --global_batch_size "
             f"(got {', '.join('--' + g for g in given) or 'none'})")
-    if FLAGS.num_sequences is not None:
-        sequences = FLAGS.num_sequences
+    if config.num_sequences is not None:
+        sequences = config.num_sequences
         how = f"--num_sequences={sequences:g}"
-    elif FLAGS.corpus_tokens is not None:
-        sequences = FLAGS.corpus_tokens * FLAGS.epochs / FLAGS.max_seq_length
-        how = (f"{FLAGS.corpus_tokens:g} tokens x {FLAGS.epochs:g} epochs / "
-               f"{FLAGS.max_seq_length} tokens per sequence")
+    elif config.corpus_tokens is not None:
+        sequences = config.corpus_tokens * config.epochs / config.max_seq_length
+        how = (f"{config.corpus_tokens:g} tokens x {config.epochs:g} epochs / "
+               f"{config.max_seq_length} tokens per sequence")
     else:
-        if FLAGS.global_batch_size is None:
+        if config.global_batch_size is None:
             raise EstimateError("--num_train_steps needs --global_batch_size")
-        sequences = float(FLAGS.num_train_steps) * FLAGS.global_batch_size
-        how = f"{FLAGS.num_train_steps} steps x {FLAGS.global_batch_size} sequences"
+        sequences = float(config.num_train_steps) * config.global_batch_size
+        how = f"{config.num_train_steps} steps x {config.global_batch_size} sequences"
     if sequences <= 0:
         raise EstimateError(f"the number of sequences must be positive ({how})")
     return sequences, how
 
 
-def run(FLAGS):
-    config = load_model_config(FLAGS.bert_config_file, FLAGS.model)
-    sequences, how = number_of_sequences(FLAGS)
-    if FLAGS.num_devices < 1:
-        raise EstimateError(f"--num_devices must be >= 1, got {FLAGS.num_devices}")
-    if (FLAGS.sequences_per_second is None) == (FLAGS.metrics_file is None):
+def run(config: EstimateConfig) -> TrainingEstimate:
+    """Prints the estimate; EstimateError or BertConfigError on bad input."""
+    bert_config = load_model_config(config.bert_config_file, config.model)
+    sequences, how = number_of_sequences(config)
+    if config.num_devices < 1:
+        raise EstimateError(f"--num_devices must be >= 1, got {config.num_devices}")
+    if (config.sequences_per_second is None) == (config.metrics_file is None):
         raise EstimateError("give the throughput exactly one way: --sequences_per_second "
                             "(per device) or --metrics_file=output_dir/metrics.jsonl")
-    if FLAGS.metrics_file:
-        per_device = throughput_from_metrics(FLAGS.metrics_file, FLAGS.metrics_num_devices)
-        source = f"measured in {FLAGS.metrics_file}"
+    if config.metrics_file:
+        per_device = throughput_from_metrics(config.metrics_file, config.metrics_num_devices)
+        source = f"measured in {config.metrics_file}"
     else:
-        per_device = FLAGS.sequences_per_second
+        per_device = config.sequences_per_second
         source = "--sequences_per_second"
     if per_device <= 0:
         raise EstimateError(f"throughput must be positive, got {per_device}")
-    efficiency = (default_efficiency(FLAGS.num_devices) if FLAGS.efficiency is None
-                  else FLAGS.efficiency)
+    efficiency = (default_efficiency(config.num_devices) if config.efficiency is None
+                  else config.efficiency)
     if not 0 < efficiency <= 1:
         raise EstimateError(f"--efficiency must be in (0, 1], got {efficiency}")
 
-    estimate = TrainingEstimate(sequences, per_device, FLAGS.num_devices, efficiency)
-    flops = training_flops_per_sequence(config, FLAGS.max_seq_length,
-                                        FLAGS.max_predictions_per_seq)
+    estimate = TrainingEstimate(sequences, per_device, config.num_devices, efficiency)
+    flops = training_flops_per_sequence(bert_config, config.max_seq_length,
+                                        config.max_predictions_per_seq)
     achieved_tflops = per_device * flops / 1e12
-    print(f"model: L={config.num_hidden_layers} H={config.hidden_size} "
-          f"A={config.num_attention_heads} vocab={config.vocab_size}, "
-          f"{count_parameters(config) / 1e6:.1f}M parameters, seq {FLAGS.max_seq_length}")
+    print(f"model: L={bert_config.num_hidden_layers} H={bert_config.hidden_size} "
+          f"A={bert_config.num_attention_heads} vocab={bert_config.vocab_size}, "
+          f"{count_parameters(bert_config) / 1e6:.1f}M parameters, seq {config.max_seq_length}")
     print(f"training: {sequences:.4g} sequences ({how}), "
-          f"{sequences * FLAGS.max_seq_length:.4g} tokens")
+          f"{sequences * config.max_seq_length:.4g} tokens")
     print(f"throughput: {per_device:.4g} sequences/s per device ({source}), "
           f"{achieved_tflops:.3g} model TFLOP/s per device "
           f"({flops / 1e9:.3g} GFLOP per sequence)")
-    if FLAGS.peak_tflops:
-        print(f"model FLOPs utilisation: {100 * achieved_tflops / FLAGS.peak_tflops:.1f}% "
-              f"of {FLAGS.peak_tflops:g} TFLOP/s")
-    print(f"assumption: linear data-parallel scaling over {FLAGS.num_devices} device(s) "
+    if config.peak_tflops:
+        print(f"model FLOPs utilisation: {100 * achieved_tflops / config.peak_tflops:.1f}% "
+              f"of {config.peak_tflops:g} TFLOP/s")
+    print(f"assumption: linear data-parallel scaling over {config.num_devices} device(s) "
           f"x efficiency {efficiency:g} = {estimate.sequences_per_second:.4g} sequences/s")
     print(f"time to train: {format_duration(estimate.seconds)}, "
           f"{estimate.device_hours:.1f} device-hours")
-    if FLAGS.price_per_device_hour is not None:
-        print(f"cost: {estimate.cost(FLAGS.price_per_device_hour):,.2f} at "
-              f"{FLAGS.price_per_device_hour:g} per device-hour")
+    if config.price_per_device_hour is not None:
+        print(f"cost: {estimate.cost(config.price_per_device_hour):,.2f} at "
+              f"{config.price_per_device_hour:g} per device-hour")
     return estimate
 
 
@@ -304,7 +333,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
     try:
-        run(flags.FLAGS)
+        run(bert_tf.config_from_flags(EstimateConfig, flags.FLAGS))
     except (EstimateError, BertConfigError) as e:
         print(f"estimate: error: {e}", file=sys.stderr)
         return 2

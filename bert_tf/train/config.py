@@ -6,6 +6,8 @@ import dataclasses
 
 from absl import flags
 
+import bert_tf
+
 
 @dataclasses.dataclass(frozen=True)
 class PrecisionMode:
@@ -175,8 +177,4 @@ def define_pretraining_flags() -> None:
 
 def pretraining_config_from_flags(flag_values) -> PretrainingConfig:
     """A PretrainingConfig from parsed absl flags (call .validate() to check it)."""
-    config = PretrainingConfig(**{
-        field.name: getattr(flag_values, field.name)
-        for field in dataclasses.fields(PretrainingConfig)
-    })
-    return config
+    return bert_tf.config_from_flags(PretrainingConfig, flag_values)
