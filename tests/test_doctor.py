@@ -10,6 +10,7 @@ from conftest import PYTHON, run_command
 from bert_tf.model.config import BertConfig
 from bert_tf.tools import doctor
 from bert_tf.tools.estimate import MODEL_PRESETS
+from bert_tf.train.config import PretrainingConfig
 
 LARGE = MODEL_PRESETS["large"]
 
@@ -189,41 +190,45 @@ def test_xla_libdevice_found_or_not(tmp_path):
     assert doctor.check_xla_libdevice(0, {}).status == doctor.OK
 
 
-def settings(**overrides):
-    values = dict(bert_config=LARGE, train_batch_size=64, max_seq_length=128,
-                  max_predictions_per_seq=20, precision="fp16", num_accumulation_steps=128)
+def run_config(**overrides):
+    """The PretrainingConfig run_pretraining.py would run (BERT-large phase 1 shapes)."""
+    values = dict(bert_config_file="bert_config.json", output_dir="out", train_batch_size=64,
+                  max_seq_length=128, max_predictions_per_seq=20, precision="fp16",
+                  num_accumulation_steps=128)
     values.update(overrides)
-    return doctor.TrainingSettings(**values)
+    return PretrainingConfig(**values)
 
 
 def test_tokens_per_batch_multiple_of_8_under_fp16():
     padded = BertConfig(vocab_size=30528)
-    line = doctor.check_tensor_core_shapes(settings(bert_config=padded, train_batch_size=3,
-                                                    max_seq_length=130)).line()
+    line = doctor.check_tensor_core_shapes(run_config(train_batch_size=3, max_seq_length=130),
+                                           padded).line()
     assert line.startswith("WARN tensor core shapes: train_batch_size*max_seq_length = 3*130 = "
                            "390 is not a multiple of 8: float16 matmuls under --precision=fp16")
-    assert doctor.check_tensor_core_shapes(settings(bert_config=padded)).status == doctor.OK
+    assert doctor.check_tensor_core_shapes(run_config(), padded).status == doctor.OK
     assert doctor.check_tensor_core_shapes(
-        settings(train_batch_size=3, max_seq_length=130, precision="fp32")).status == doctor.OK
+        run_config(train_batch_size=3, max_seq_length=130, precision="fp32"),
+        LARGE).status == doctor.OK
 
 
 def test_max_predictions_too_many_wastes_compute():
-    line = doctor.check_max_predictions(settings(max_predictions_per_seq=80)).line()
+    line = doctor.check_max_predictions(run_config(max_predictions_per_seq=80)).line()
     assert line.startswith("WARN max_predictions_per_seq: 80 is far above "
                            "max_seq_length*masked_lm_prob ~ 19")
-    assert doctor.check_max_predictions(settings()).line() == \
+    assert doctor.check_max_predictions(run_config(), masked_lm_prob=0.15).line() == \
         "OK   max_predictions_per_seq: 20 for ~19 masked tokens"
 
 
 def test_memory_fits_or_warns_with_formula():
-    phase2 = settings(train_batch_size=16, max_seq_length=512, max_predictions_per_seq=80,
-                      num_accumulation_steps=256)
-    fits = doctor.check_memory(phase2, gpu_memory_gb=32).line()
+    phase2 = run_config(train_batch_size=16, max_seq_length=512, max_predictions_per_seq=80,
+                        num_accumulation_steps=256)
+    fits = doctor.check_memory(phase2, LARGE, gpu_memory_gb=32).line()
     assert fits.startswith("OK   memory per GPU: estimate 22.1 GiB = weights 1.9 + grads 1.3 + "
                            "optimizer 2.5 + accumulation 1.3 + activations 14.2 + workspace 1.0")
     assert "Korthikanti" in fits and fits.endswith("<= 32 GiB")
-    big = doctor.check_memory(settings(train_batch_size=64, max_seq_length=512,
-                                       max_predictions_per_seq=80), gpu_memory_gb=32).line()
+    big = doctor.check_memory(run_config(train_batch_size=64, max_seq_length=512,
+                                         max_predictions_per_seq=80), LARGE,
+                              gpu_memory_gb=32).line()
     assert big.startswith("WARN memory per GPU: estimate 64.6 GiB")
     assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 24" in big
 
@@ -247,3 +252,4 @@ def test_onednn_off_on_a_cpu_run_is_a_warning_with_the_fix():
     assert check.status == doctor.WARN and "TF_ENABLE_ONEDNN_OPTS" in check.line()
     assert doctor.check_onednn(True, 0).status == doctor.OK
     assert doctor.check_onednn(False, 8).status == doctor.OK
+

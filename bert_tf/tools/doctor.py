@@ -22,9 +22,16 @@ import sys
 
 from absl import app, flags
 
+import bert_tf
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import estimate
-from bert_tf.train.config import PRECISION_MODES
+from bert_tf.train.config import (
+    PRECISION_MODES,
+    PretrainingConfig,
+    PretrainingConfigError,
+    define_pretraining_flags,
+    pretraining_config_from_flags,
+)
 
 # TF's start-up INFO lines would bury the report; its warnings (CUDA libraries that do not
 # load) stay, as they explain a GPU visibility FAIL.
@@ -292,97 +299,87 @@ def environment_checks(env: Environment, environ) -> list[Check]:
 
 # ---------------------------------------------------------------- training configuration
 
-@dataclasses.dataclass
-class TrainingSettings:
-    """The run_pretraining choices the doctor checks (per-GPU batch)."""
-
-    bert_config: BertConfig | None
-    train_batch_size: int
-    max_seq_length: int
-    max_predictions_per_seq: int
-    precision: str
-    num_accumulation_steps: int = 1
-    masked_lm_prob: float = 0.15
-
-
-def check_tensor_core_shapes(s: TrainingSettings) -> Check:
+def check_tensor_core_shapes(config: PretrainingConfig, bert_config: BertConfig | None) -> Check:
     name = "tensor core shapes"
-    if not PRECISION_MODES[s.precision].float16_on_gpu:
-        return Check(OK, name, f"--precision={s.precision}: no float16 alignment needed")
-    tokens = s.train_batch_size * s.max_seq_length
+    if not PRECISION_MODES[config.precision].float16_on_gpu:
+        return Check(OK, name, f"--precision={config.precision}: no float16 alignment needed")
+    tokens = config.train_batch_size * config.max_seq_length
     problems, fixes = [], []
     if tokens % 8:
-        problems.append(f"train_batch_size*max_seq_length = {s.train_batch_size}*"
-                        f"{s.max_seq_length} = {tokens} is not a multiple of 8")
+        problems.append(f"train_batch_size*max_seq_length = {config.train_batch_size}*"
+                        f"{config.max_seq_length} = {tokens} is not a multiple of 8")
         fixes.append("choose a --train_batch_size that makes batch*seq a multiple of 8")
-    if s.bert_config is not None and s.bert_config.vocab_size % 8:
-        padded = -(-s.bert_config.vocab_size // 8) * 8
-        problems.append(f"vocab_size {s.bert_config.vocab_size} is not a multiple of 8 "
+    if bert_config is not None and bert_config.vocab_size % 8:
+        padded = -(-bert_config.vocab_size // 8) * 8
+        problems.append(f"vocab_size {bert_config.vocab_size} is not a multiple of 8 "
                         f"(pad to {padded})")
         fixes.append(f"pad the vocabulary to {padded} entries with unused tokens when training "
                      "from scratch (keep it to load Google's checkpoints)")
     if not problems:
         return Check(OK, name, f"{tokens} tokens per batch, multiple of 8")
     return Check(WARN, name, "; ".join(problems) + f": float16 matmuls under "
-                 f"--precision={s.precision} leave tensor cores idle", "; ".join(fixes))
+                 f"--precision={config.precision} leave tensor cores idle", "; ".join(fixes))
 
 
-def check_sequence_length(s: TrainingSettings) -> Check:
+def check_sequence_length(config: PretrainingConfig, bert_config: BertConfig | None) -> Check:
     name = "max_seq_length"
-    if s.bert_config is None:
+    if bert_config is None:
         return Check(WARN, name, "no --bert_config_file: cannot compare with "
                      "max_position_embeddings", "pass --bert_config_file")
-    limit = s.bert_config.max_position_embeddings
-    if s.max_seq_length > limit:
-        return Check(FAIL, name, f"--max_seq_length={s.max_seq_length} exceeds "
+    limit = bert_config.max_position_embeddings
+    if config.max_seq_length > limit:
+        return Check(FAIL, name, f"--max_seq_length={config.max_seq_length} exceeds "
                      f"max_position_embeddings={limit} of the model",
                      f"use --max_seq_length<={limit} or a config with more positions")
-    return Check(OK, name, f"{s.max_seq_length} <= max_position_embeddings {limit}")
+    return Check(OK, name, f"{config.max_seq_length} <= max_position_embeddings {limit}")
 
 
-def check_max_predictions(s: TrainingSettings) -> Check:
+def check_max_predictions(config: PretrainingConfig, masked_lm_prob: float = 0.15) -> Check:
     name = "max_predictions_per_seq"
     # create_pretraining_data masks round(seq * prob) tokens, capped at max_predictions.
-    wanted = max(1, round(s.max_seq_length * s.masked_lm_prob))
-    if s.max_predictions_per_seq < wanted:
-        return Check(WARN, name, f"{s.max_predictions_per_seq} < max_seq_length*masked_lm_prob "
-                     f"= {s.max_seq_length}*{s.masked_lm_prob:g} ~ {wanted}: fewer tokens are "
+    wanted = max(1, round(config.max_seq_length * masked_lm_prob))
+    if config.max_predictions_per_seq < wanted:
+        return Check(WARN, name, f"{config.max_predictions_per_seq} < "
+                     "max_seq_length*masked_lm_prob "
+                     f"= {config.max_seq_length}*{masked_lm_prob:g} ~ {wanted}: fewer tokens are "
                      "masked than masked_lm_prob asks for",
                      f"use --max_predictions_per_seq={-(-wanted // 10) * 10} (Google: 20 for "
                      "seq 128, 80 for seq 512) and regenerate the data with it")
-    if s.max_predictions_per_seq > s.max_seq_length:
-        return Check(FAIL, name, f"{s.max_predictions_per_seq} > max_seq_length "
-                     f"{s.max_seq_length}", "use about max_seq_length*masked_lm_prob")
-    if s.max_predictions_per_seq > 2 * wanted + 10:
-        return Check(WARN, name, f"{s.max_predictions_per_seq} is far above "
+    if config.max_predictions_per_seq > config.max_seq_length:
+        return Check(FAIL, name, f"{config.max_predictions_per_seq} > max_seq_length "
+                     f"{config.max_seq_length}", "use about max_seq_length*masked_lm_prob")
+    if config.max_predictions_per_seq > 2 * wanted + 10:
+        return Check(WARN, name, f"{config.max_predictions_per_seq} is far above "
                      f"max_seq_length*masked_lm_prob ~ {wanted}: the MLM head computes on "
                      "padding", f"use --max_predictions_per_seq={-(-wanted // 10) * 10}")
-    return Check(OK, name, f"{s.max_predictions_per_seq} for ~{wanted} masked tokens")
+    return Check(OK, name, f"{config.max_predictions_per_seq} for ~{wanted} masked tokens")
 
 
-def check_memory(s: TrainingSettings, gpu_memory_gb: float | None) -> Check:
+def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
+                 gpu_memory_gb: float | None) -> Check:
     name = "memory per GPU"
-    if s.bert_config is None:
+    if bert_config is None:
         return Check(WARN, name, "no --bert_config_file: no memory estimate",
                      "pass --bert_config_file")
-    m = estimate.estimate_memory(s.bert_config, s.train_batch_size, s.max_seq_length,
-                                 s.max_predictions_per_seq, s.precision,
-                                 s.num_accumulation_steps)
+    m = estimate.estimate_memory(bert_config, config.train_batch_size, config.max_seq_length,
+                                 config.max_predictions_per_seq, config.precision,
+                                 config.num_accumulation_steps)
     g = estimate.GIB
     breakdown = (f"estimate {m.total / g:.1f} GiB = weights {m.weights / g:.1f} + grads "
                  f"{m.gradients / g:.1f} + optimizer {m.optimizer_slots / g:.1f} + accumulation "
                  f"{m.accumulation / g:.1f} + activations {m.activations / g:.1f} + workspace "
-                 f"{m.workspace / g:.1f} (batch {s.train_batch_size}, seq {s.max_seq_length}, "
-                 f"{s.precision}; formula: {estimate.MEMORY_FORMULA})")
+                 f"{m.workspace / g:.1f} (batch {config.train_batch_size}, "
+                 f"seq {config.max_seq_length}, "
+                 f"{config.precision}; formula: {estimate.MEMORY_FORMULA})")
     if gpu_memory_gb is None:
         return Check(OK, name, breakdown + "; no GPU memory known (pass --gpu_memory_gb)")
     if m.total > gpu_memory_gb * g:
-        per_sequence = max(1, m.activations // s.train_batch_size)
+        per_sequence = max(1, m.activations // config.train_batch_size)
         room = gpu_memory_gb * g - (m.total - m.activations)
         fitting = max(0, int(room // per_sequence))
         if fitting >= 8:
             fitting -= fitting % 8  # keep tensor-core friendly shapes
-        precision_hint = ("" if PRECISION_MODES[s.precision].activation_bytes < 4
+        precision_hint = ("" if PRECISION_MODES[config.precision].activation_bytes < 4
                           else ", or use --precision=fp16 (halves activations)")
         return Check(WARN, name, f"{breakdown} > {gpu_memory_gb:g} GiB: likely out of memory",
                      f"lower --train_batch_size to about {fitting} (the estimate is an upper "
@@ -417,42 +414,48 @@ def check_cpu_half_precision(precision: str, gpu_count: int, flags: set) -> Chec
                  "CPUs with AVX512_BF16/AMX")
 
 
-def training_checks(s: TrainingSettings, gpu_memory_gb: float | None) -> list[Check]:
-    return [check_sequence_length(s), check_tensor_core_shapes(s), check_max_predictions(s),
-            check_memory(s, gpu_memory_gb)]
+def training_checks(config: PretrainingConfig, bert_config: BertConfig | None,
+                    masked_lm_prob: float, gpu_memory_gb: float | None) -> list[Check]:
+    return [check_sequence_length(config, bert_config),
+            check_tensor_core_shapes(config, bert_config),
+            check_max_predictions(config, masked_lm_prob),
+            check_memory(config, bert_config, gpu_memory_gb)]
 
 
 # ---------------------------------------------------------------- command line
 
+@dataclasses.dataclass
+class DoctorConfig:
+    """The doctor's flags, and the training run to check (None: no run_pretraining flag)."""
+
+    gpu_memory_gb: float | None = None
+    masked_lm_prob: float = 0.15
+    training: PretrainingConfig | None = None
+
+
 def define_flags():
-    """The doctor's own flags, plus run_pretraining's (from bert_tf.train.config) when they
-    import; returns whether they did (they need TensorFlow, which may be the problem)."""
+    """The doctor's own flags, plus run_pretraining's (bert_tf.train.config)."""
     flags.DEFINE_float("gpu_memory_gb", None,
                        "Memory of one GPU in GiB for the memory check; default: the smallest "
                        "GPU nvidia-smi reports.")
-    flags.DEFINE_float("masked_lm_prob", 0.15,
+    flags.DEFINE_float("masked_lm_prob", DoctorConfig.masked_lm_prob,
                        "Masked LM probability the data was created with (create_pretraining_data"
                        ".py --masked_lm_prob), for the max_predictions_per_seq check.")
-    try:
-        from bert_tf.train.config import define_pretraining_flags
-    except ImportError:
-        return False
     define_pretraining_flags()
-    return True
 
 
-def training_flags_given(flag_values) -> bool:
-    from bert_tf.train.config import PretrainingConfig
-    return any(flag_values[f.name].present for f in dataclasses.fields(PretrainingConfig))
+def config_from_flags(flag_values) -> DoctorConfig:
+    """The run_pretraining flags become the PretrainingConfig run_pretraining.py would run,
+    when any is given."""
+    given = any(flag_values[f.name].present for f in dataclasses.fields(PretrainingConfig))
+    training = pretraining_config_from_flags(flag_values) if given else None
+    return bert_tf.config_from_flags(DoctorConfig, flag_values, training=training)
 
 
-def settings_from_flags(flag_values) -> tuple[TrainingSettings, list[Check]]:
-    """TrainingSettings from parsed run_pretraining flags, and a check of the flags
-    themselves (the validation run_pretraining.py does; paths left unset are fine
-    here, the launcher adds them)."""
-    from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
-    config = PretrainingConfig(**{f.name: flag_values[f.name].value
-                                  for f in dataclasses.fields(PretrainingConfig)})
+def config_checks(config: PretrainingConfig) -> tuple[BertConfig | None, list[Check]]:
+    """The model's BertConfig (None if unreadable) and checks of the run configuration itself:
+    the validation run_pretraining.py does (paths left unset are fine here, the launcher adds
+    them), the bert_config_file and the TFRecords."""
     placeholders = {name: getattr(config, name) or "<unset>"
                     for name in ("output_dir", "input_files", "eval_files")}
     checks = []
@@ -472,13 +475,7 @@ def settings_from_flags(flag_values) -> tuple[TrainingSettings, list[Check]]:
         if getattr(config, flag):
             checks.append(check_input_files(flag, getattr(config, flag), config.max_seq_length,
                                             config.max_predictions_per_seq))
-    settings = TrainingSettings(
-        bert_config=bert_config, train_batch_size=config.train_batch_size,
-        max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq, precision=config.precision,
-        num_accumulation_steps=config.num_accumulation_steps,
-        masked_lm_prob=flag_values.masked_lm_prob)
-    return settings, checks
+    return bert_config, checks
 
 
 def check_input_files(flag, patterns, max_seq_length, max_predictions_per_seq) -> Check:
@@ -504,20 +501,22 @@ def detected_gpu_memory_gb(env: Environment) -> float | None:
     return min(g.memory_mib for g in env.smi_gpus) / 1024
 
 
-def run(flag_values, training_flags_defined: bool, environ=None) -> int:
+def run(doctor: DoctorConfig, environ=None) -> int:
     """Prints the report; returns the exit code (1 if anything FAILed)."""
     environ = os.environ if environ is None else environ
     env = collect_environment()
     for line in describe(env):
         print(line)
     checks = environment_checks(env, environ)
-    if training_flags_defined and training_flags_given(flag_values):
-        settings, flag_checks = settings_from_flags(flag_values)
-        memory = flag_values.gpu_memory_gb
+    if doctor.training is not None:
+        config = doctor.training
+        memory = doctor.gpu_memory_gb
         if memory is None:
             memory = detected_gpu_memory_gb(env)
-        checks += flag_checks + training_checks(settings, memory)
-        checks.append(check_cpu_half_precision(settings.precision, env.gpu_count, cpu_flags()))
+        bert_config, flag_checks = config_checks(config)
+        checks += flag_checks + training_checks(config, bert_config, doctor.masked_lm_prob,
+                                                memory)
+        checks.append(check_cpu_half_precision(config.precision, env.gpu_count, cpu_flags()))
     for check in checks:
         print(check.line())
     failed = sum(c.status == FAIL for c in checks)
@@ -525,16 +524,12 @@ def run(flag_values, training_flags_defined: bool, environ=None) -> int:
     return 1 if failed else 0
 
 
-def main():
-    training_flags_defined = define_flags()
-
-    def doctor_main(argv):
-        if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
-        return run(flags.FLAGS, training_flags_defined)
-
-    app.run(doctor_main)
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    return run(config_from_flags(flags.FLAGS))
 
 
 if __name__ == "__main__":
-    main()
+    define_flags()
+    app.run(main)
