@@ -15,7 +15,7 @@ import bert_tf
 COMMANDS = {
     "format_text": ("bert_tf.data.format_text", "raw text -> one sentence per line, shards"),
     "build_vocab": ("bert_tf.data.build_vocab", "learn a WordPiece vocab"),
-    "convert": ("bert_tf.model.convert", "Hugging Face <-> Google-format checkpoints"),
+    "convert": ("bert_tf.tools.convert", "Hugging Face <-> Google-format checkpoints"),
     "doctor": ("bert_tf.tools.doctor", "preflight the machine and a training recipe"),
     "estimate": ("bert_tf.tools.estimate", "time, cost and memory of a run"),
     "predict": ("bert_tf.tools.predict", "fill [MASK] tokens with a checkpoint"),

