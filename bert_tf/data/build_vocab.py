@@ -7,12 +7,14 @@ Layout as Google's vocabs: [PAD]=0, then up to 99 [unusedN], then [UNK] [CLS] [S
 the remaining [unusedN], then the learned pieces.
 """
 
+import dataclasses
 import os
 import sys
 
 from absl import app, flags
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+import bert_tf
 from bert_tf.data.files import InputDataError, expand_patterns
 from bert_tf.data.tokenization import normalize_text
 
@@ -82,42 +84,57 @@ def write_vocab(vocab, path):
         raise BuildVocabError(f"--vocab_file {path}: cannot write it ({e.strerror})") from e
 
 
-FLAGS = flags.FLAGS
+@dataclasses.dataclass
+class BuildVocabConfig:
+    input_files: str  # comma-separated files or globs
+    vocab_file: str
+    vocab_size: int = 30522
+    do_lower_case: bool = True
+    num_unused_tokens: int = 0
+    min_count: int = 2
+    max_unique_chars: int = 1000
 
 
 def define_flags():
+    """Defines the flags (defaults from BuildVocabConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(BuildVocabConfig)}
     flags.DEFINE_string("input_files", None,
                         "Comma-separated files or globs of text (e.g. format_text output).")
     flags.DEFINE_string("vocab_file", None, "Where to write the vocabulary.")
-    flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, reserved tokens included "
-                         "(smaller when the corpus has too few distinct pieces).")
-    flags.DEFINE_bool("do_lower_case", True,
+    flags.DEFINE_integer("vocab_size", d["vocab_size"], "Vocabulary size, reserved tokens "
+                         "included (smaller when the corpus has too few distinct pieces).")
+    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
                       "Uncased vocab (lower-case, strip accents); --nodo_lower_case for cased "
                       "vocabs and for Japanese (accent stripping drops dakuten).")
-    flags.DEFINE_integer("num_unused_tokens", 0,
+    flags.DEFINE_integer("num_unused_tokens", d["num_unused_tokens"],
                          "[unusedN] placeholders (Google's vocabs have 994).")
-    flags.DEFINE_integer("min_count", 2, "Minimum frequency of a merged piece.")
-    flags.DEFINE_integer("max_unique_chars", 1000,
+    flags.DEFINE_integer("min_count", d["min_count"], "Minimum frequency of a merged piece.")
+    flags.DEFINE_integer("max_unique_chars", d["max_unique_chars"],
                          "Alphabet size: rarer characters become [UNK] (raise for CJK).")
     flags.mark_flags_as_required(["input_files", "vocab_file"])
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def run(config: BuildVocabConfig) -> int:
+    """Learns the vocab and writes it; returns the exit code (2 on bad input)."""
     try:
-        vocab = build_vocab(expand_patterns(FLAGS.input_files), FLAGS.vocab_size,
-                            FLAGS.do_lower_case, FLAGS.num_unused_tokens, FLAGS.min_count,
-                            FLAGS.max_unique_chars)
-        write_vocab(vocab, FLAGS.vocab_file)
+        vocab = build_vocab(expand_patterns(config.input_files), config.vocab_size,
+                            config.do_lower_case, config.num_unused_tokens, config.min_count,
+                            config.max_unique_chars)
+        write_vocab(vocab, config.vocab_file)
     except InputDataError as e:
         print(f"build_vocab: error: --input_files: {e}", file=sys.stderr)
         return 2
     except BuildVocabError as e:
         print(f"build_vocab: error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {len(vocab)} tokens to {FLAGS.vocab_file}")
+    print(f"wrote {len(vocab)} tokens to {config.vocab_file}")
     return 0
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    return run(bert_tf.config_from_flags(BuildVocabConfig, flags.FLAGS))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 Every `[MASK]` in a --text gets its --top_k most likely tokens with probabilities.
 """
 
+import dataclasses
 import json
 import sys
 
@@ -13,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+import bert_tf
 from bert_tf.data.tokenization import FullTokenizer, VocabError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
@@ -63,27 +65,39 @@ def predict_masked(model: BertForPreTraining, tokenizer: FullTokenizer, text: st
     ]
 
 
+@dataclasses.dataclass
+class PredictConfig:
+    bert_config_file: str
+    init_checkpoint: str
+    vocab_file: str
+    text: list[str]
+    do_lower_case: bool = True
+    top_k: int = 5
+    json: bool = False
+
+
 def define_flags() -> None:
+    """Defines the flags (defaults from PredictConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(PredictConfig)}
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
     flags.DEFINE_string("init_checkpoint", None, "Checkpoint prefix or directory (its latest).")
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab the model was trained with.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased vocab).")
+    flags.DEFINE_bool("do_lower_case", d["do_lower_case"], "Lower-case the text (uncased vocab).")
     flags.DEFINE_multi_string("text", None, "Sentence with one or more [MASK]; repeatable.")
-    flags.DEFINE_integer("top_k", 5, "Predictions per [MASK].")
-    flags.DEFINE_bool("json", False, "Print one JSON object per text instead of lines.")
+    flags.DEFINE_integer("top_k", d["top_k"], "Predictions per [MASK].")
+    flags.DEFINE_bool("json", d["json"], "Print one JSON object per text instead of lines.")
     for name in ("bert_config_file", "init_checkpoint", "vocab_file", "text"):
         flags.mark_flag_as_required(name)
 
 
-def main(argv) -> None:
-    del argv
-    f = flags.FLAGS
+def run(config: PredictConfig) -> int:
+    """Prints the predictions for each text; returns the exit code (1 on bad input)."""
     try:
-        tokenizer = FullTokenizer(f.vocab_file, do_lower_case=f.do_lower_case)
-        model = load_model(f.bert_config_file, f.init_checkpoint)
-        for text in f.text:
-            predictions = predict_masked(model, tokenizer, text, f.top_k)
-            if f.json:
+        tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+        model = load_model(config.bert_config_file, config.init_checkpoint)
+        for text in config.text:
+            predictions = predict_masked(model, tokenizer, text, config.top_k)
+            if config.json:
                 print(json.dumps({"text": text, "predictions": predictions}))
                 continue
             print(text)
@@ -92,7 +106,14 @@ def main(argv) -> None:
                 print(f"  {MASK} #{i + 1}: {words}")
     except (BertConfigError, VocabError, checkpoints.CheckpointError, ValueError) as e:
         print(f"predict: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def main(argv) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    return run(bert_tf.config_from_flags(PredictConfig, flags.FLAGS))
 
 
 if __name__ == "__main__":
