@@ -252,8 +252,8 @@ def _batches(items, size):
         yield items[start:start + size]
 
 
-def analyse(args):
-    """Runs everything and writes the report; returns the stats dict."""
+def check_args(args):
+    """AnalysisError naming the flag when an argument cannot work."""
     if not args.input_file and not args.conllu:
         raise AnalysisError("give --input_file (pretraining-format text) and/or --conllu")
     if args.input_file and not os.path.isfile(args.input_file):
@@ -266,6 +266,11 @@ def analyse(args):
                             f"{args.js_rows_per_segment}")
     if args.max_seq_length < 4:
         raise AnalysisError(f"--max_seq_length must be at least 4, got {args.max_seq_length}")
+
+
+def analyse(args):
+    """Runs everything and writes the report; returns the stats dict."""
+    check_args(args)
     sentences = read_conllu(args.conllu) if args.conllu else None
     model, mlm_head_problem = load_model(args)
     tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
@@ -292,36 +297,48 @@ def analyse(args):
         if not segments:
             raise AnalysisError(f"--input_file={args.input_file}: no text found; expected one "
                                 "sentence per line, blank lines between documents")
-        head_stats = statistics.HeadStatistics(layers, heads)
-        distances = statistics.HeadDistances(layers * heads, args.js_rows_per_segment, args.seed)
-        for batch in tqdm(list(_batches(segments, args.batch_size)), desc="attention",
-                          unit="batch", file=sys.stderr):
-            for segment, maps in zip(batch, attention_maps(batch), strict=True):
-                tokens = segment.tokens
-                if args.word_level:
-                    word_ids = statistics.word_ids_from_pieces(tokens)
-                    maps = statistics.to_word_attention(maps, word_ids)
-                    tokens = statistics.words_from_pieces(tokens, word_ids)
-                head_stats.add(maps, tokens)
-                distances.add(maps)
-                if example is None:
-                    example = (tokens, maps)
-        report.update(_head_report(head_stats, distances))
-        report["mlm_gradient"] = None
-        if not args.mlm_gradient:
-            report["mlm_gradient_note"] = "disabled (--nomlm_gradient)"
-        elif mlm_head_problem:
-            report["mlm_gradient_note"] = f"not computed: {mlm_head_problem}"
-        else:
-            gradients = _mlm_gradients(model, segments, tokenizer, args, layers, heads)
-            report["mlm_gradient"] = {k: v.tolist() for k, v in gradients.means().items()}
-            report["mlm_gradient_note"] = ("mean |d masked-LM loss / d attention weight| by "
-                                           "attended token, token level")
+        head_report, example = _text_report(segments, args, layers, heads, attention_maps)
+        report.update(head_report)
+        report.update(_mlm_gradient_report(model, segments, tokenizer, args, mlm_head_problem))
     if sentences is not None:
         report["dependency"] = _dependency_report(sentences, tokenizer, args, layers, heads,
                                                   attention_maps)
     _write_report(report, example, args.output_dir)
     return report
+
+
+def _text_report(segments, args, layers, heads, attention_maps):
+    """Per-head statistics and distances over the text's segments, and the first segment's
+    (tokens, maps) as the example the HTML page shows."""
+    head_stats = statistics.HeadStatistics(layers, heads)
+    distances = statistics.HeadDistances(layers * heads, args.js_rows_per_segment, args.seed)
+    example = None
+    for batch in tqdm(list(_batches(segments, args.batch_size)), desc="attention",
+                      unit="batch", file=sys.stderr):
+        for segment, maps in zip(batch, attention_maps(batch), strict=True):
+            tokens = segment.tokens
+            if args.word_level:
+                word_ids = statistics.word_ids_from_pieces(tokens)
+                maps = statistics.to_word_attention(maps, word_ids)
+                tokens = statistics.words_from_pieces(tokens, word_ids)
+            head_stats.add(maps, tokens)
+            distances.add(maps)
+            if example is None:
+                example = (tokens, maps)
+    return _head_report(head_stats, distances), example
+
+
+def _mlm_gradient_report(model, segments, tokenizer, args, mlm_head_problem):
+    if not args.mlm_gradient:
+        return {"mlm_gradient": None, "mlm_gradient_note": "disabled (--nomlm_gradient)"}
+    if mlm_head_problem:
+        return {"mlm_gradient": None, "mlm_gradient_note": f"not computed: {mlm_head_problem}"}
+    config = model.config
+    gradients = _mlm_gradients(model, segments, tokenizer, args, config.num_hidden_layers,
+                               config.num_attention_heads)
+    return {"mlm_gradient": {k: v.tolist() for k, v in gradients.means().items()},
+            "mlm_gradient_note": ("mean |d masked-LM loss / d attention weight| by attended "
+                                  "token, token level")}
 
 
 def _head_report(head_stats, distances):

@@ -69,42 +69,53 @@ class PretrainingConfig:
     time_to_train_sequences: float = 256e6
 
     def validate(self) -> None:
-        def fail(flag, problem):
-            raise PretrainingConfigError(f"--{flag} {problem}")
+        """Raises PretrainingConfigError naming the first flag that cannot work."""
+        self._validate_task()
+        self._validate_sizes()
+        self._validate_optimization()
 
+    def _validate_task(self) -> None:
         if not (self.do_train or self.do_eval):
-            fail("do_train", "or --do_eval must be set (nothing to do)")
+            _fail("do_train", "or --do_eval must be set (nothing to do)")
         if not self.bert_config_file:
-            fail("bert_config_file", "is required (the model's bert_config.json)")
+            _fail("bert_config_file", "is required (the model's bert_config.json)")
         if not self.output_dir:
-            fail("output_dir", "is required (checkpoints and logs go there)")
+            _fail("output_dir", "is required (checkpoints and logs go there)")
         if self.do_train and not self.input_files:
-            fail("input_files", "is required with --do_train (TFRecord globs, comma separated)")
+            _fail("input_files", "is required with --do_train (TFRecord globs, comma separated)")
         if self.do_eval and not self.eval_files:
-            fail("eval_files", "is required with --do_eval (TFRecord globs, comma separated)")
+            _fail("eval_files", "is required with --do_eval (TFRecord globs, comma separated)")
+        if self.dynamic_masking and not self.vocab_file:
+            _fail("vocab_file", "is required with --dynamic_masking (the vocab the data was made "
+                  "with: [MASK] and the random replacement tokens come from it)")
+
+    def _validate_sizes(self) -> None:
         for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
                      "max_predictions_per_seq", "num_train_steps", "num_accumulation_steps",
                      "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
                      "max_eval_steps", "max_nonfinite_updates"):
             if getattr(self, name) < 1:
-                fail(name, f"must be >= 1, got {getattr(self, name)}")
+                _fail(name, f"must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.num_warmup_steps <= self.num_train_steps:
-            fail("num_warmup_steps", f"must be in [0, --num_train_steps={self.num_train_steps}], "
-                 f"got {self.num_warmup_steps}")
+            _fail("num_warmup_steps", f"must be in [0, --num_train_steps={self.num_train_steps}], "
+                  f"got {self.num_warmup_steps}")
         if self.max_predictions_per_seq > self.max_seq_length:
-            fail("max_predictions_per_seq", f"({self.max_predictions_per_seq}) cannot exceed "
-                 f"--max_seq_length ({self.max_seq_length})")
-        if self.dynamic_masking and not self.vocab_file:
-            fail("vocab_file", "is required with --dynamic_masking (the vocab the data was made "
-                 "with: [MASK] and the random replacement tokens come from it)")
+            _fail("max_predictions_per_seq", f"({self.max_predictions_per_seq}) cannot exceed "
+                  f"--max_seq_length ({self.max_seq_length})")
+
+    def _validate_optimization(self) -> None:
         if self.learning_rate <= 0:
-            fail("learning_rate", f"must be positive, got {self.learning_rate}")
+            _fail("learning_rate", f"must be positive, got {self.learning_rate}")
         if self.weight_decay_rate < 0:
-            fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
+            _fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
         if self.optimizer_type not in OPTIMIZER_TYPES:
-            fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
+            _fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
         if self.precision not in PRECISIONS:
-            fail("precision", f"must be one of {', '.join(PRECISIONS)}")
+            _fail("precision", f"must be one of {', '.join(PRECISIONS)}")
+
+
+def _fail(flag, problem):
+    raise PretrainingConfigError(f"--{flag} {problem}")
 
 
 def define_pretraining_flags() -> None:
