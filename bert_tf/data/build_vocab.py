@@ -2,7 +2,7 @@
 
 Text is normalised exactly as bert_tf.data.tokenization does (Google's rules), split into words on
 whitespace, punctuation and CJK characters, and Hugging Face `tokenizers`' WordPiece trainer
-(Rust; tensorflow-text's Python learner took minutes on a 1 MB corpus) picks the pieces.
+(in Rust, where tensorflow-text's learner is pure Python) picks the pieces.
 Layout as Google's vocabs: [PAD]=0, then up to 99 [unusedN], then [UNK] [CLS] [SEP] [MASK], then
 the remaining [unusedN], then the learned pieces.
 """
