@@ -3,6 +3,8 @@
 import dataclasses
 import os
 
+from absl import app, flags
+
 __version__ = "0.1.0"
 
 
@@ -35,3 +37,24 @@ def config_from_flags(config_class, flag_values, **values):
         if field.name not in values:
             values[field.name] = flag_values[field.name].value
     return config_class(**values)
+
+
+def run_command(define_flags, config, run) -> None:
+    """The entry point of every command: defines its absl flags, parses them into its
+    configuration and exits with what `run` returns.
+
+    Args:
+      define_flags: defines the command's flags on absl's FLAGS.
+      config: the dataclass the flags become (see config_from_flags), or a function from
+        the parsed FlagValues to the configuration.
+      run: takes the configuration; returns the exit status.
+    """
+    def main(argv):
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+        if dataclasses.is_dataclass(config):
+            return run(config_from_flags(config, flags.FLAGS))
+        return run(config(flags.FLAGS))
+
+    define_flags()
+    app.run(main)

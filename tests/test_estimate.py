@@ -84,15 +84,15 @@ def test_cli_errors_name_the_flag(tmp_path):
     assert proc.returncode == 2 and "--bert_config_file" in proc.stderr
 
 
-def test_run_takes_a_config_and_counts_the_training_one_way(capsys):
+def test_the_estimate_takes_a_config_and_counts_the_training_one_way(capsys):
     config = estimate.EstimateConfig(model="tiny", num_train_steps=100, global_batch_size=256,
                                      sequences_per_second=50.0)
-    assert estimate.run(config).num_sequences == 25600
+    assert estimate.print_estimate(config).num_sequences == 25600
     assert "training: 2.56e+04 sequences (100 steps x 256 sequences)" in capsys.readouterr().out
     with pytest.raises(estimate.EstimateError, match="exactly one way.*got --num_sequences, "
                                                      "--corpus_tokens"):
-        estimate.run(estimate.EstimateConfig(model="tiny", num_sequences=1e6, corpus_tokens=1e9,
-                                             sequences_per_second=50.0))
+        estimate.print_estimate(estimate.EstimateConfig(
+            model="tiny", num_sequences=1e6, corpus_tokens=1e9, sequences_per_second=50.0))
     with pytest.raises(estimate.EstimateError, match="--num_train_steps needs --global_batch_size"):
-        estimate.run(estimate.EstimateConfig(model="tiny", num_train_steps=100,
-                                             sequences_per_second=50.0))
+        estimate.print_estimate(estimate.EstimateConfig(model="tiny", num_train_steps=100,
+                                                        sequences_per_second=50.0))

@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 from tqdm import tqdm
 
 import bert_tf
@@ -477,8 +477,6 @@ def _write_report(report, example, output_dir):
 # ---------------------------------------------------------------------------
 # Command line
 
-FLAGS = flags.FLAGS
-
 
 def define_flags():
     """The command line's flags; defaults come from AnalysisArgs."""
@@ -511,18 +509,16 @@ def define_flags():
         flags.mark_flag_as_required(name)
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    args = bert_tf.config_from_flags(AnalysisArgs, FLAGS)
+def run(args: AnalysisArgs) -> int:
+    """Runs the analysis; returns the exit status (1 on bad input)."""
     try:
         report = analyse(args)
     except (AnalysisError, ConlluError, BertConfigError, VocabError) as e:
         print(f"analyze_attention: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
     print(f"analysed {report.get('num_segments', 0)} segments; report in {args.output_dir}")
+    return 0
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, AnalysisArgs, run)

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 import bert_tf
@@ -114,16 +114,20 @@ def define_flags():
     flags.mark_flags_as_required(["input_files", "vocab_file"])
 
 
+def input_files(patterns: str) -> list[str]:
+    try:
+        return expand_patterns(patterns)
+    except InputDataError as e:
+        raise BuildVocabError(f"--input_files: {e}") from None
+
+
 def run(config: BuildVocabConfig) -> int:
     """Learns the vocab and writes it; returns the exit code (2 on bad input)."""
     try:
-        vocab = build_vocab(expand_patterns(config.input_files), config.vocab_size,
+        vocab = build_vocab(input_files(config.input_files), config.vocab_size,
                             config.do_lower_case, config.num_unused_tokens, config.min_count,
                             config.max_unique_chars)
         write_vocab(vocab, config.vocab_file)
-    except InputDataError as e:
-        print(f"build_vocab: error: --input_files: {e}", file=sys.stderr)
-        return 2
     except BuildVocabError as e:
         print(f"build_vocab: error: {e}", file=sys.stderr)
         return 2
@@ -131,12 +135,5 @@ def run(config: BuildVocabConfig) -> int:
     return 0
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    return run(bert_tf.config_from_flags(BuildVocabConfig, flags.FLAGS))
-
-
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, BuildVocabConfig, run)

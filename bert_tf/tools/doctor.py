@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 
-from absl import app, flags
+from absl import flags
 
 import bert_tf
 from bert_tf.model.config import BertConfig, BertConfigError
@@ -526,12 +526,5 @@ def run(doctor: DoctorConfig, environ=None) -> int:
     return 1 if failed else 0
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
-    return run(config_from_flags(flags.FLAGS))
-
-
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, config_from_flags, run)

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import sys
 
-from absl import app, flags
+from absl import flags
 
 import bert_tf
 from bert_tf.model.config import BertConfig, BertConfigError
@@ -282,7 +282,7 @@ def number_of_sequences(config: EstimateConfig):
     return sequences, how
 
 
-def run(config: EstimateConfig) -> TrainingEstimate:
+def print_estimate(config: EstimateConfig) -> TrainingEstimate:
     """Prints the estimate; EstimateError or BertConfigError on bad input."""
     bert_config = load_model_config(config.bert_config_file, config.model)
     sequences, how = number_of_sequences(config)
@@ -329,11 +329,10 @@ def run(config: EstimateConfig) -> TrainingEstimate:
     return estimate
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
+def run(config: EstimateConfig) -> int:
+    """Prints the estimate; returns the exit status (2 on bad input)."""
     try:
-        run(bert_tf.config_from_flags(EstimateConfig, flags.FLAGS))
+        print_estimate(config)
     except (EstimateError, BertConfigError) as e:
         print(f"estimate: error: {e}", file=sys.stderr)
         return 2
@@ -341,6 +340,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, EstimateConfig, run)
 

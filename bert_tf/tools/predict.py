@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
 import bert_tf
 from bert_tf.data.tokenization import FullTokenizer, VocabError
@@ -110,12 +110,5 @@ def run(config: PredictConfig) -> int:
     return 0
 
 
-def main(argv) -> int:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
-    return run(bert_tf.config_from_flags(PredictConfig, flags.FLAGS))
-
-
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, PredictConfig, run)
