@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import sys
 
 from absl import app, flags
 
@@ -39,22 +40,37 @@ def config_from_flags(config_class, flag_values, **values):
     return config_class(**values)
 
 
-def run_command(define_flags, config, run) -> None:
+def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
     """The entry point of every command: defines its absl flags, parses them into its
-    configuration and exits with what `run` returns.
+    configuration and exits with what `run` returns, or with `COMMAND: error: ...` on
+    stderr and error_status when it raises one of `errors` (bad input, said in words).
 
     Args:
       define_flags: defines the command's flags on absl's FLAGS.
       config: the dataclass the flags become (see config_from_flags), or a function from
         the parsed FlagValues to the configuration.
       run: takes the configuration; returns the exit status.
+      errors: exception types whose message is the whole story for the user.
+      error_status: the exit status for them.
     """
     def main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
         if dataclasses.is_dataclass(config):
-            return run(config_from_flags(config, flags.FLAGS))
-        return run(config(flags.FLAGS))
+            parsed = config_from_flags(config, flags.FLAGS)
+        else:
+            parsed = config(flags.FLAGS)
+        try:
+            return run(parsed)
+        except errors as e:
+            print(f"{command_name()}: error: {e}", file=sys.stderr)
+            return error_status
 
     define_flags()
     app.run(main)
+
+
+def command_name() -> str:
+    """The command being run: `estimate` for `python -m bert_tf estimate`, for
+    `python -m bert_tf.tools.estimate` and for `.../estimate.py`."""
+    return os.path.basename(sys.argv[0].split()[-1]).removesuffix(".py")

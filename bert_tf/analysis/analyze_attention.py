@@ -510,15 +510,12 @@ def define_flags():
 
 
 def run(args: AnalysisArgs) -> int:
-    """Runs the analysis; returns the exit status (1 on bad input)."""
-    try:
-        report = analyse(args)
-    except (AnalysisError, ConlluError, BertConfigError, VocabError) as e:
-        print(f"analyze_attention: error: {e}", file=sys.stderr)
-        return 1
+    """Runs the analysis and says where the report went; returns the exit status."""
+    report = analyse(args)
     print(f"analysed {report.get('num_segments', 0)} segments; report in {args.output_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    bert_tf.run_command(define_flags, AnalysisArgs, run)
+    bert_tf.run_command(define_flags, AnalysisArgs, run, errors=(
+        AnalysisError, ConlluError, BertConfigError, VocabError))

@@ -9,7 +9,6 @@ the remaining [unusedN], then the learned pieces.
 
 import dataclasses
 import os
-import sys
 
 from absl import flags
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
@@ -122,18 +121,15 @@ def input_files(patterns: str) -> list[str]:
 
 
 def run(config: BuildVocabConfig) -> int:
-    """Learns the vocab and writes it; returns the exit code (2 on bad input)."""
-    try:
-        vocab = build_vocab(input_files(config.input_files), config.vocab_size,
-                            config.do_lower_case, config.num_unused_tokens, config.min_count,
-                            config.max_unique_chars)
-        write_vocab(vocab, config.vocab_file)
-    except BuildVocabError as e:
-        print(f"build_vocab: error: {e}", file=sys.stderr)
-        return 2
+    """Learns the vocab and writes it; BuildVocabError on bad input."""
+    vocab = build_vocab(input_files(config.input_files), config.vocab_size,
+                        config.do_lower_case, config.num_unused_tokens, config.min_count,
+                        config.max_unique_chars)
+    write_vocab(vocab, config.vocab_file)
     print(f"wrote {len(vocab)} tokens to {config.vocab_file}")
     return 0
 
 
 if __name__ == "__main__":
-    bert_tf.run_command(define_flags, BuildVocabConfig, run)
+    bert_tf.run_command(define_flags, BuildVocabConfig, run, errors=(BuildVocabError,),
+                        error_status=2)

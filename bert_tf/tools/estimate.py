@@ -13,7 +13,6 @@ a fast interconnect with gradient accumulation.
 
 import dataclasses
 import json
-import sys
 
 from absl import flags
 
@@ -330,15 +329,11 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
 
 
 def run(config: EstimateConfig) -> int:
-    """Prints the estimate; returns the exit status (2 on bad input)."""
-    try:
-        print_estimate(config)
-    except (EstimateError, BertConfigError) as e:
-        print(f"estimate: error: {e}", file=sys.stderr)
-        return 2
+    print_estimate(config)
     return 0
 
 
 if __name__ == "__main__":
-    bert_tf.run_command(define_flags, EstimateConfig, run)
+    bert_tf.run_command(define_flags, EstimateConfig, run,
+                        errors=(EstimateError, BertConfigError), error_status=2)
 

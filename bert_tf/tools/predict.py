@@ -8,7 +8,6 @@ Every `[MASK]` in a --text gets its --top_k most likely tokens with probabilitie
 
 import dataclasses
 import json
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -91,24 +90,21 @@ def define_flags() -> None:
 
 
 def run(config: PredictConfig) -> int:
-    """Prints the predictions for each text; returns the exit code (1 on bad input)."""
-    try:
-        tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
-        model = load_model(config.bert_config_file, config.init_checkpoint)
-        for text in config.text:
-            predictions = predict_masked(model, tokenizer, text, config.top_k)
-            if config.json:
-                print(json.dumps({"text": text, "predictions": predictions}))
-                continue
-            print(text)
-            for i, candidates in enumerate(predictions):
-                words = ", ".join(f"{token} ({prob:.3f})" for token, prob in candidates)
-                print(f"  {MASK} #{i + 1}: {words}")
-    except (BertConfigError, VocabError, checkpoints.CheckpointError, ValueError) as e:
-        print(f"predict: error: {e}", file=sys.stderr)
-        return 1
+    """Prints the predictions for each text; returns the exit status."""
+    tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+    model = load_model(config.bert_config_file, config.init_checkpoint)
+    for text in config.text:
+        predictions = predict_masked(model, tokenizer, text, config.top_k)
+        if config.json:
+            print(json.dumps({"text": text, "predictions": predictions}))
+            continue
+        print(text)
+        for i, candidates in enumerate(predictions):
+            words = ", ".join(f"{token} ({prob:.3f})" for token, prob in candidates)
+            print(f"  {MASK} #{i + 1}: {words}")
     return 0
 
 
 if __name__ == "__main__":
-    bert_tf.run_command(define_flags, PredictConfig, run)
+    bert_tf.run_command(define_flags, PredictConfig, run, errors=(
+        BertConfigError, VocabError, checkpoints.CheckpointError, ValueError))
