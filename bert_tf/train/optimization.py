@@ -87,8 +87,9 @@ class AdamWeightDecay(tf.Module):
         before) is unused: Google's AdamW has no bias correction.
 
         TF's fused Adam kernel updates m, v and the variable in one pass over memory, where
-        separate ops would make several. Beta powers of 0 turn its bias correction off. The decay term lr * rate * w uses the
-        weights before the update, so applying it first gives Google's update exactly."""
+        separate ops would make several. Beta powers of 0 turn its bias correction off. The
+        decay term lr * rate * w uses the weights before the update, so applying it first
+        gives Google's update exactly."""
         del step
         learning_rate = tf.cast(learning_rate, tf.float32)
         constants = dict(beta1_power=tf.constant(0.0), beta2_power=tf.constant(0.0),
