@@ -50,6 +50,7 @@ class FinetuningState(TrainState):
                 else BertForSequenceClassification)
         model = head(bert_config, num_labels, precision.compute_dtype(config.precision))
         super().__init__(model, config, CLASSIFICATION_SUMS, name="finetuning")
+        self.predicted_ids = tf.function(self._predicted_ids, jit_compile=config.use_xla)
 
     def loss_sums(self, features, dropout_seed) -> dict:
         logits = self.model(features, training=True, dropout_seed=dropout_seed)
@@ -65,6 +66,9 @@ class FinetuningState(TrainState):
 
     def metrics_from_sums(self, sums) -> dict:
         return classification_metrics(sums)
+
+    def _predicted_ids(self, features):
+        return tf.argmax(self.model(features, training=False), axis=-1, output_type=tf.int32)
 
 
 @dataclasses.dataclass
@@ -100,10 +104,10 @@ def run(config: FinetuningConfig) -> dict:
             summary["train"] = train(state, config, data, report)
             _restore_best(state, config, report)
         if config.do_eval:
-            summary["eval"] = evaluate(state.model, config, data.dev, data, "dev")
+            summary["eval"] = evaluate(state, config, data.dev, data, "dev")
             report.summary("eval_results", summary["eval"])
         if config.do_predict:
-            write_predictions(state.model, config, data, report)
+            write_predictions(state, config, data, report)
         report.log(f"table row: {table_row(config, summary)}")
         return summary
 
@@ -151,7 +155,7 @@ def train(state: FinetuningState, config: FinetuningConfig, data: TaskData,
 
 def _keep_if_best(state, config, data, best, report) -> dict:
     """Evaluates on dev; saves the weights to OUTPUT_DIR/best when the main metric improved."""
-    scores = evaluate(state.model, config, data.dev, data, "dev")
+    scores = evaluate(state, config, data.dev, data, "dev")
     metric = scores["main_metric"]
     report.log(f"step {state.step}: dev {metric} {scores[metric]:.4f}")
     if best is not None and scores[metric] <= best["value"]:
@@ -181,23 +185,24 @@ def _save_final(state, config, report) -> None:
 # --------------------------------------------------------------------------- eval and predict
 
 
-def predict(model, features: dict, batch_size: int, use_xla: bool) -> np.ndarray:
-    """Argmax label ids of every row ([N] or [N, S])."""
-
-    @tf.function(jit_compile=use_xla)
-    def predicted(batch):
-        return tf.argmax(model(batch, training=False), axis=-1, output_type=tf.int32)
-
+def predict(state: FinetuningState, features: dict, batch_size: int) -> np.ndarray:
+    """Argmax label ids of every row ([N] or [N, S]); the last batch is padded to full size
+    (one traced shape)."""
     names = ("input_ids", "input_mask", "segment_ids")
     num_rows = len(features["input_ids"])
-    return np.concatenate([
-        predicted({n: features[n][i:i + batch_size] for n in names}).numpy()
-        for i in range(0, num_rows, batch_size)])
+    predicted = []
+    for i in range(0, num_rows, batch_size):
+        batch = {n: features[n][i:i + batch_size] for n in names}
+        rows = len(batch["input_ids"])
+        batch = {n: np.pad(v, [(0, batch_size - rows)] + [(0, 0)] * (v.ndim - 1))
+                 for n, v in batch.items()}
+        predicted.append(state.predicted_ids(batch).numpy()[:rows])
+    return np.concatenate(predicted)
 
 
-def gold_and_predicted(model, config, encoded: tasks.Encoded):
+def gold_and_predicted(state, config, encoded: tasks.Encoded):
     """Flat gold and predicted ids of the scored items (words for tagging, rows otherwise)."""
-    predicted = predict(model, encoded.features, config.eval_batch_size, config.use_xla)
+    predicted = predict(state, encoded.features, config.eval_batch_size)
     gold = encoded.features["eval_label_ids"]
     if config.task_name in tasks.TAGGING_TASKS:
         starts = encoded.features["word_starts"] > 0
@@ -205,8 +210,10 @@ def gold_and_predicted(model, config, encoded: tasks.Encoded):
     return gold, predicted
 
 
-def evaluate(model, config, encoded: tasks.Encoded, data: TaskData, split: str) -> dict:
-    gold, predicted = gold_and_predicted(model, config, encoded)
+def evaluate(state, config, encoded: tasks.Encoded, data: TaskData, split: str) -> dict:
+    """eval_results of `split` (evaluation.scores), the majority baseline from training's
+    labels."""
+    gold, predicted = gold_and_predicted(state, config, encoded)
     train_ids = data.train.features["eval_label_ids"] if data.train else gold
     if config.task_name in tasks.TAGGING_TASKS and data.train:
         train_ids = train_ids[data.train.features["word_starts"] > 0]
@@ -214,10 +221,10 @@ def evaluate(model, config, encoded: tasks.Encoded, data: TaskData, split: str) 
                                                 data.label_names, train_ids)}
 
 
-def write_predictions(model, config, data: TaskData, report: Reporter) -> None:
+def write_predictions(state, config, data: TaskData, report: Reporter) -> None:
     """OUTPUT_DIR/predictions.tsv: `index<TAB>label` per test example (GLUE's submission
     format), or for tagging `word<TAB>tag` per word with a blank line after each sentence."""
-    _, predicted = gold_and_predicted(model, config, data.test)
+    _, predicted = gold_and_predicted(state, config, data.test)
     names = [data.label_names[i] for i in predicted.tolist()]
     path = os.path.join(config.output_dir, "predictions.tsv")
     if not report.enabled:
