@@ -1,28 +1,17 @@
-"""Fine-tune a pretrained BERT on a task: parses the flags (bert_tf/train/finetune_config.py) and
-runs bert_tf.train.finetune.
+"""Fine-tune a pretrained BERT on a task; the same as `python -m bert_tf finetune`
+(bert_tf/tools/finetune.py has the flags).
 
-    python run_finetuning.py --task_name=pos --data_dir=ud/ --do_train --do_eval \
-        --bert_config_file=runs/phase2/bert_config.json --init_checkpoint=runs/phase2 \
-        --vocab_file=vocab.txt --output_dir=runs/pos
-    horovodrun -np 4 python run_finetuning.py ...   # the same, data parallel
+    horovodrun -np 4 python run_finetuning.py --task_name=pos --data_dir=ud/ --do_train \
+        --do_eval --bert_config_file=runs/phase2/bert_config.json \
+        --init_checkpoint=runs/phase2 --vocab_file=vocab.txt --output_dir=runs/pos
 """
 
-from absl import app, flags
+from absl import app
 
 import bert_tf
 
 bert_tf.use_onednn_by_default()  # before TensorFlow is imported
-from bert_tf.train import finetune, finetune_config  # noqa: E402
-
-finetune_config.define_finetuning_flags()
-flags.adopt_module_key_flags(finetune_config)  # so --help lists them
-
-
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    finetune.main(finetune_config.finetuning_config_from_flags(flags.FLAGS))
-
+from bert_tf.tools.finetune import main  # noqa: E402
 
 if __name__ == "__main__":
     app.run(main)

@@ -88,7 +88,7 @@ def final_weights(output_dir):
 def test_two_ranks_and_accumulation_equal_one_double_batch(ewt, tmp_path):
     """horovodrun -np 2 x batch 4 and 1 rank x 2 micro-batches of 4 end with the weights of
     1 rank x batch 8 (12 updates)."""
-    base = dict(train_batch_size=8, num_train_epochs=1.0, warmup_proportion=0.1)
+    base = dict(train_batch_size=8, num_train_epochs=1.0, warmup_proportion=0.1, do_train=True)
     single = finetuning_config(ewt.small, tmp_path / "single", ewt.config, ewt.vocab, **base)
     finetune.run(single)
     accumulated = dataclasses.replace(single, output_dir=str(tmp_path / "accumulated"),
