@@ -129,9 +129,11 @@ def read_examples(task_name: str, data_dir: str, split: str,
         a, b = columns.text_a, None if columns.text_b < 0 else columns.text_b
         label = None if split == "test" else columns.label
     rows = read_tsv(path)[1 if header else 0:]
+    if not rows:
+        raise TaskDataError(f"{path}: no examples (an empty file, or only a header)")
     width = len(rows[0]) if rows else 0
     wanted = [c for c in (a, b, label) if c is not None]
-    if rows and max(c if c >= 0 else -c - 1 for c in wanted) >= width:
+    if max(c if c >= 0 else -c - 1 for c in wanted) >= width:
         raise TaskDataError(f"{path}: has {width} columns but --task_name={task_name} reads "
                             f"columns {wanted} (0-based); check --text_a_column, "
                             "--text_b_column, --label_column")

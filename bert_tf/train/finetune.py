@@ -262,8 +262,8 @@ def _check_fresh_output_dir(config: FinetuningConfig) -> None:
     if config.do_train and checkpoints.latest_checkpoint(config.output_dir):
         raise FinetuningConfigError(
             f"--output_dir={config.output_dir} already holds a fine-tuning checkpoint; choose "
-            "a new directory (to evaluate that run, pass it as --init_checkpoint without "
-            "--do_train)")
+            "a new directory (to evaluate that run, pass its best/ directory as "
+            "--init_checkpoint without --do_train)")
 
 
 def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:
