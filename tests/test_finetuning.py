@@ -279,3 +279,14 @@ def test_flag_errors(ewt, tmp_path):
         finetune.run(dataclasses.replace(config, task_name="squad", do_train=True))
     with pytest.raises(FinetuningConfigError, match="less than one update"):
         finetune.run(dataclasses.replace(config, do_train=True, train_batch_size=1000))
+
+
+def test_empty_split_and_an_output_dir_holding_a_run_fail(ewt, tmp_path):
+    (tmp_path / "train.tsv").write_text("label\ttext\n")
+    config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
+                               task_name="tsv", tsv_has_header=True, do_train=True)
+    with pytest.raises(tasks.TaskDataError, match=r"train\.tsv: no examples"):
+        finetune.run(config)
+    checkpoints.save_checkpoint({"global_step": tf.constant(3)}, tmp_path / "out", 3)
+    with pytest.raises(FinetuningConfigError, match="already holds a fine-tuning checkpoint"):
+        finetune.run(config)
