@@ -57,7 +57,7 @@ def finetune_row(args, name, data_dir, output_dir, bert_config, vocab, init_chec
            f"--output_dir={output_dir}", "--do_train", "--do_eval",
            f"--max_seq_length={args.max_seq_length}", f"--train_batch_size={args.batch_size}",
            f"--learning_rate={args.learning_rate}", f"--num_train_epochs={args.num_train_epochs}",
-           "--log_every_n_steps=50"]
+           "--log_every_n_steps=10"]
     started = time.perf_counter()
     proc = subprocess.run([str(c) for c in cmd], env=common.set_thread_env(args.threads),
                           capture_output=True, text=True, cwd=REPO)
@@ -114,15 +114,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train_sentences", type=int, default=1577)
-    parser.add_argument("--num_train_epochs", type=float, default=3.0)
+    parser.add_argument("--num_train_epochs", type=float, default=2.0)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--max_seq_length", type=int, default=96)
+    parser.add_argument("--max_seq_length", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hf_steps", type=int, default=20)
     parser.add_argument("--pretrained_dir", default="", help="a bert_tf run directory with "
                         "bert_config.json (e.g. demo_output/pretraining) to add as a row")
     parser.add_argument("--pretrained_vocab", default="", help="its vocab file")
+    parser.add_argument("--rows", default="minilm,random",
+                        help="which fine-tuning rows to run (minilm, random)")
+    parser.add_argument("--results_stem", default="finetune",
+                        help="bench/results/STEM.{json,md} (separate runs of other rows)")
     parser.add_argument("--skip_hf", action="store_true")
     parser.add_argument("--work_dir", default="", help="default: a temporary directory")
     args = parser.parse_args()
@@ -136,10 +140,12 @@ def main():
         minilm = work / "minilm"
         hf_dir = convert_minilm(minilm)
         config, vocab = minilm / "bert_config.json", minilm / "vocab.txt"
-        for name, init in (("all-MiniLM-L6-v2 converted", minilm), ("random init", None)):
-            record["rows"].append(finetune_row(args, name, data_dir, work / name.split()[0],
+        rows = {"minilm": ("all-MiniLM-L6-v2 converted", minilm), "random": ("random init", None)}
+        for key in args.rows.split(","):
+            name, init = rows[key]
+            record["rows"].append(finetune_row(args, name, data_dir, work / key,
                                                config, vocab, init))
-            common.write_results("finetune", record, markdown(record))
+            common.write_results(args.results_stem, record, markdown(record))
         if args.pretrained_dir:
             pretrained = Path(args.pretrained_dir)
             record["rows"].append(finetune_row(
@@ -147,7 +153,7 @@ def main():
                 pretrained / "bert_config.json", args.pretrained_vocab, pretrained))
         if not args.skip_hf:
             record["rows"].append(hf_row(args, hf_dir, data_dir, vocab))
-        paths = common.write_results("finetune", record, markdown(record))
+        paths = common.write_results(args.results_stem, record, markdown(record))
     print(markdown(record))
     print("results: " + ", ".join(map(str, paths)))
 
