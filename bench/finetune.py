@@ -143,7 +143,7 @@ def main():
         rows = {"minilm": ("all-MiniLM-L6-v2 converted", minilm), "random": ("random init", None)}
         for key in args.rows.split(","):
             name, init = rows[key]
-            record["rows"].append(finetune_row(args, name, data_dir, work / key,
+            record["rows"].append(finetune_row(args, name, data_dir, work / f"run_{key}",
                                                config, vocab, init))
             common.write_results(args.results_stem, record, markdown(record))
         if args.pretrained_dir:
