@@ -141,7 +141,7 @@ def main():
         hf_dir = convert_minilm(minilm)
         config, vocab = minilm / "bert_config.json", minilm / "vocab.txt"
         rows = {"minilm": ("all-MiniLM-L6-v2 converted", minilm), "random": ("random init", None)}
-        for key in args.rows.split(","):
+        for key in filter(None, args.rows.split(",")):
             name, init = rows[key]
             record["rows"].append(finetune_row(args, name, data_dir, work / f"run_{key}",
                                                config, vocab, init))
@@ -152,6 +152,12 @@ def main():
                 args, f"ours ({pretrained})", data_dir, work / "ours",
                 pretrained / "bert_config.json", args.pretrained_vocab, pretrained))
         if not args.skip_hf:
+            # Throughput side by side: a short run of ours (about as many updates as the peer
+            # times), then the peer, one after the other under the same load.
+            short = argparse.Namespace(**{**vars(args), "num_train_epochs": (
+                (args.hf_steps + 2) * args.batch_size / args.train_sentences)})
+            record["rows"].append(finetune_row(short, "ours, short run (throughput)", data_dir,
+                                               work / "run_throughput", config, vocab, minilm))
             record["rows"].append(hf_row(args, hf_dir, data_dir, vocab))
         paths = common.write_results(args.results_stem, record, markdown(record))
     print(markdown(record))
