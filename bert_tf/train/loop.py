@@ -36,14 +36,13 @@ from bert_tf.model.modeling import (
     BertForPreTraining,
     metrics_from_sums,
     pretraining_loss,
-    variables_by_name,
 )
-from bert_tf.train import distributed, optimization, precision
+from bert_tf.train import distributed, precision
+from bert_tf.train import state as train_state
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 from bert_tf.train.report import OutputDirError, Reporter
+from bert_tf.train.state import TrainState
 
-GLOBAL_STEP = "global_step"
-INPUT_POSITION = "input_batches_consumed"  # micro-batches this run's data has consumed per rank
 TIMING_WARMUP_UPDATES = 2  # excluded from the average throughput (tracing, compilation)
 LOGGED_METRICS = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy",
                   "next_sentence_accuracy", "learning_rate", "loss_scale", "grad_norm")
@@ -53,129 +52,36 @@ class TrainingError(RuntimeError):
     """A run that cannot go on; the message says why and what to do."""
 
 
-class PretrainingState(tf.Module):
-    """Model, optimizer, loss scale, step and input position (everything a
-    checkpoint holds), plus the two halves of an update: `gradients` (one
-    micro-batch forward/backward, XLA-compiled with --use_xla; `accumulate` sums
-    them over micro-batches) and `apply_update` (allreduce, unscale, finiteness,
-    clip, step)."""
+class PretrainingState(TrainState):
+    """TrainState for BertForPreTraining: the masked-LM loss normalised by the update's total
+    mask weight plus the next-sentence loss normalised by its total examples."""
 
     def __init__(self, bert_config: BertConfig, config: PretrainingConfig):
-        super().__init__(name="pretraining")
-        self.config = config
-        on_gpu = precision.has_gpu()
-        self.model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
-        self.params = variables_by_name(self.model)
-        self.optimizer = optimization.create_optimizer(
-            config.optimizer_type, self.params, config.weight_decay_rate)
-        self.loss_scale = precision.DynamicLossScale(
-            enabled=precision.uses_loss_scaling(config.precision, on_gpu))
-        # Folded with each micro-batch's input position into its dropout seed.
-        self.dropout_seed = tf.constant([config.seed, distributed.rank()], tf.int64)
-        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name=GLOBAL_STEP)
-        self.input_position = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                          name=INPUT_POSITION)
-        # Gradient sums over an update's micro-batches (none needed for one micro-batch).
-        accumulating = config.num_accumulation_steps > 1
-        self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
-                             for v in self.params.values()] if accumulating else []
-        self.metric_sums = tf.Variable(tf.zeros([len(METRIC_SUMS)]), trainable=False)
-        self.decay_power = optimization.decay_power(config.optimizer_type)
-        self.gradients = tf.function(self._gradients, jit_compile=config.use_xla)
-        self.accumulate = tf.function(self._accumulate, jit_compile=config.use_xla)
-        self.apply_update = tf.function(self._apply_update)
-        # Called from apply_update after the allreduce, so it can be compiled: XLA fuses the
-        # optimizer's per-variable elementwise passes (LAMB, BERT-base, CPU: 1.40 -> 1.51
-        # sequences/s, bench/train_step.py as reported in bench/README.md).
-        self.apply_optimizer = tf.function(self.optimizer.apply, jit_compile=config.use_xla)
+        model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
+        super().__init__(model, config, METRIC_SUMS, name="pretraining")
 
-    def checkpoint_variables(self) -> dict[str, tf.Variable]:
-        return {**self.params, **self.optimizer.slots_by_name(),
-                **self.loss_scale.variables_by_name(),
-                GLOBAL_STEP: self.global_step, INPUT_POSITION: self.input_position}
+    def loss_sums(self, features, dropout_seed) -> dict:
+        outputs = self.model(features, training=True, dropout_seed=dropout_seed)
+        return pretraining_loss(outputs, features)
 
-    def _gradients(self, features, totals):
-        """This micro-batch's (loss-scaled) gradients and metric sums; counts it as consumed
-        input. totals = [mask weight, examples] over the whole update on all ranks."""
-        params = list(self.params.values())
-        # Every rank and micro-batch gets its own masks; a resumed run the same ones.
-        dropout_seed = tf.random.experimental.stateless_fold_in(self.dropout_seed,
-                                                                self.input_position)
-        with tf.GradientTape() as tape:
-            outputs = self.model(features, training=True, dropout_seed=dropout_seed)
-            sums = pretraining_loss(outputs, features)
-            loss = (sums["mlm_loss_sum"] / tf.maximum(totals[0], 1.0)
-                    + sums["nsp_loss_sum"] / tf.maximum(totals[1], 1.0))
-            scaled_loss = loss * self.loss_scale.scale
-        grads = tape.gradient(scaled_loss, params)
-        self.input_position.assign_add(1)
-        grads = [tf.zeros_like(p) if g is None else tf.convert_to_tensor(g)
-                 for p, g in zip(params, grads, strict=True)]
-        return grads, tf.stack([sums[name] for name in METRIC_SUMS])
+    def objective(self, sums, totals):
+        """totals = [mask weight, examples] over the whole update on all ranks."""
+        return (sums["mlm_loss_sum"] / tf.maximum(totals[0], 1.0)
+                + sums["nsp_loss_sum"] / tf.maximum(totals[1], 1.0))
 
-    def _accumulate(self, features, totals, first: bool):
-        """Adds this micro-batch's gradients and metric sums to the accumulators; the first
-        micro-batch of an update overwrites them (no zeroing pass)."""
-        grads, metric_sums = self._gradients(features, totals)
-        for accumulator, grad in zip([*self.accumulators, self.metric_sums],
-                                     [*grads, metric_sums], strict=True):
-            if first:
-                accumulator.assign(grad)
-            else:
-                accumulator.assign_add(grad)
-
-    def _apply_update(self, grads, metric_sums):
-        """Allreduces the update's gradients, then steps unless one is non-finite."""
-        config = self.config
-        grads = distributed.allreduce_sum(grads, fp16_compression=config.fp16_allreduce)
-        (metric_sums,) = distributed.allreduce_sum([metric_sums])
-        loss_scale = self.loss_scale.scale.read_value()
-        grads = [g / loss_scale for g in grads]
-        finite = precision.all_finite(grads)
-        clipped, grad_norm = optimization.clip_by_global_norm(grads, finite)
-        learning_rate = optimization.learning_rate_at(
-            self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
-            num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
-        if finite:
-            self.apply_optimizer(clipped, learning_rate, self.global_step)
-            self.global_step.assign_add(1)
-        self.loss_scale.update(finite)
-        return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
-                "grad_norm": grad_norm, "loss_scale": loss_scale}
-
-    def update(self, batches) -> dict:
-        """One optimizer update from the next `num_accumulation_steps` micro-batches of this
-        rank's `batches` (an iterator, or a list of exactly that many); returns its metrics."""
-        batches = iter(batches)
-        micro_batches = [next(batches) for _ in range(self.config.num_accumulation_steps)]
-        local_totals = tf.stack([
+    def local_totals(self, micro_batches) -> tf.Tensor:
+        return tf.stack([
             tf.add_n([tf.reduce_sum(b["masked_lm_weights"]) for b in micro_batches]),
             tf.cast(tf.add_n([tf.shape(b["input_ids"])[0] for b in micro_batches]), tf.float32),
         ])
-        (totals,) = distributed.allreduce_sum([local_totals])
-        if len(micro_batches) == 1:  # no accumulators: saves a copy of the gradients
-            grads, metric_sums = self.gradients(micro_batches[0], totals)
-        else:
-            for i, features in enumerate(micro_batches):
-                self.accumulate(features, totals, first=i == 0)
-            grads = [a.read_value() for a in self.accumulators]
-            metric_sums = self.metric_sums.read_value()
-        return update_metrics(self.apply_update(grads, metric_sums))
 
-    @property
-    def step(self) -> int:
-        return int(self.global_step.numpy())
+    def metrics_from_sums(self, sums) -> dict:
+        return metrics_from_sums(sums)
 
 
 def update_metrics(result) -> dict:
-    """Python numbers from apply_update's result."""
-    return {
-        "finite": bool(result["finite"]),
-        **metrics_from_sums(result["metric_sums"].numpy().tolist()),
-        "learning_rate": float(result["learning_rate"]),
-        "grad_norm": float(result["grad_norm"]),
-        "loss_scale": float(result["loss_scale"]),
-    }
+    """Python numbers from a PretrainingState's apply_update result."""
+    return train_state.update_metrics(result, metrics_from_sums)
 
 
 # --------------------------------------------------------------------------- the run

@@ -1,0 +1,349 @@
+"""Fine-tuning: a task head on a pretrained BERT, trained with pretraining's update machinery.
+
+`FinetuningState` is a `TrainState` (bert_tf/train/state.py) for a classifier from
+bert_tf/model/tasks.py, so fine-tuning has the same allreduce, gradient accumulation,
+precision and loss scaling, XLA, clipping and warmup + linear decay as pretraining, with Google's
+fine-tuning optimizer (AdamW without bias correction). The loss of an update is the mean over
+every labelled row (tagging: every word) of every micro-batch on every rank, so 2 ranks x batch
+b equals 1 rank x batch 2b.
+
+The run: read and encode the task's splits (bert_tf/data/tasks.py), initialise from
+--init_checkpoint, train for --num_train_epochs (metrics.jsonl as pretraining's), evaluate on dev
+after every epoch and keep the best weights in OUTPUT_DIR/best, then write eval_results.json
+(from the best weights), predictions.tsv for --do_predict, and a one-line summary.
+"""
+
+import dataclasses
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from bert_tf.data import tasks
+from bert_tf.data.conllu import ConlluError
+from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.model import checkpoints
+from bert_tf.model.tasks import (
+    CLASSIFICATION_SUMS,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    classification_metrics,
+    classification_sums,
+)
+from bert_tf.train import distributed, evaluation, loop, precision
+from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
+from bert_tf.train.report import Reporter
+from bert_tf.train.state import TrainState
+
+LOGGED_METRICS = ("loss", "accuracy", "learning_rate", "loss_scale", "grad_norm")
+BEST_DIR = "best"
+
+
+class FinetuningState(TrainState):
+    """TrainState for a sequence or token classifier: mean cross-entropy over labelled rows."""
+
+    def __init__(self, bert_config, config: FinetuningConfig, num_labels: int):
+        head = (BertForTokenClassification if config.task_name in tasks.TAGGING_TASKS
+                else BertForSequenceClassification)
+        model = head(bert_config, num_labels, precision.compute_dtype(config.precision))
+        super().__init__(model, config, CLASSIFICATION_SUMS, name="finetuning")
+        self.predicted_ids = tf.function(self._predicted_ids, jit_compile=config.use_xla)
+
+    def loss_sums(self, features, dropout_seed) -> dict:
+        logits = self.model(features, training=True, dropout_seed=dropout_seed)
+        return classification_sums(logits, features["label_ids"], features["label_weights"])
+
+    def objective(self, sums, totals):
+        """totals = [labelled rows] over the whole update on all ranks."""
+        return sums["loss_sum"] / tf.maximum(totals[0], 1.0)
+
+    def local_totals(self, micro_batches) -> tf.Tensor:
+        return tf.stack([tf.add_n([tf.reduce_sum(tf.cast(b["label_weights"], tf.float32))
+                                   for b in micro_batches])])
+
+    def metrics_from_sums(self, sums) -> dict:
+        return classification_metrics(sums)
+
+    def _predicted_ids(self, features):
+        return tf.argmax(self.model(features, training=False), axis=-1, output_type=tf.int32)
+
+
+@dataclasses.dataclass
+class TaskData:
+    label_names: list
+    train: tasks.Encoded | None
+    dev: tasks.Encoded | None
+    test: tasks.Encoded | None
+    test_inputs: list  # test examples or sentences, for the predictions file
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def run(config: FinetuningConfig) -> dict:
+    """Fine-tunes, evaluates and predicts as the config says; returns the summary."""
+    config.validate()
+    distributed.init()
+    distributed.pin_gpu_to_local_rank()
+    with Reporter(config.output_dir, enabled=distributed.rank() == 0) as report:
+        _check_fresh_output_dir(config)
+        bert_config = loop.load_bert_config(config.bert_config_file)
+        tokenizer = load_tokenizer(config, bert_config.vocab_size)
+        loop._enable_amp(config, report)
+        data = load_task_data(config, tokenizer, report)
+        if config.do_train:
+            config = config.with_schedule(data.train.num_rows, distributed.size())
+        tf.random.set_seed(config.seed)
+        state = FinetuningState(bert_config, config, len(data.label_names))
+        _initialise(state, config, report)
+        summary = {"task_name": config.task_name, "labels": data.label_names}
+        if config.do_train:
+            summary["train"] = train(state, config, data, report)
+            _restore_best(state, config, report)
+        if config.do_eval:
+            summary["eval"] = evaluate(state, config, data.dev, data, "dev")
+            report.summary("eval_results", summary["eval"])
+        if config.do_predict:
+            write_predictions(state, config, data, report)
+        report.log(f"table row: {table_row(config, summary)}")
+        return summary
+
+
+def train(state: FinetuningState, config: FinetuningConfig, data: TaskData,
+          report: Reporter) -> dict:
+    """--num_train_epochs of updates; dev evaluation after every epoch keeps the best."""
+    num_ranks = distributed.size()
+    global_batch = config.global_batch_size(num_ranks)
+    steps_per_epoch = max(1, data.train.num_rows // global_batch)
+    report.log(f"fine-tuning {config.task_name}: {data.train.num_rows} rows, "
+               f"{config.num_train_steps} updates of {global_batch} ({num_ranks} rank(s)), "
+               f"{config.num_warmup_steps} warmup, {config.precision}, xla={config.use_xla}")
+    batches = tasks.train_batches(data.train.features, config.train_batch_size,
+                                  distributed.rank(), num_ranks, config.num_accumulation_steps,
+                                  config.seed)
+    report.start_metrics(0)
+    meter, best, nonfinite_in_a_row = loop.Throughput(global_batch), None, 0
+    started = time.perf_counter()
+    with distributed.Watchdog(config.peer_timeout_seconds) as watchdog:
+        while state.step < config.num_train_steps:
+            metrics = meter.time(lambda: state.update(batches))
+            watchdog.beat()
+            if not (metrics["finite"] and math.isfinite(metrics["loss"])):
+                nonfinite_in_a_row += 1
+                loop._check_nonfinite(state, config, nonfinite_in_a_row, report)
+                continue
+            nonfinite_in_a_row, step = 0, state.step
+            last = step == config.num_train_steps
+            if step % config.log_every_n_steps == 0 or last:
+                report.metrics({"step": step, "epoch": step / steps_per_epoch,
+                                **{k: metrics[k] for k in LOGGED_METRICS}, **meter.interval()})
+            if config.do_eval and (step % steps_per_epoch == 0 or last):
+                best = _keep_if_best(state, config, data, best, report)
+                watchdog.beat()
+    _save_final(state, config, report)
+    summary = {**meter.summary(0), "global_step": state.step, "ranks": num_ranks,
+               "train_seconds": time.perf_counter() - started, "final_loss": metrics["loss"],
+               "best_dev": best}
+    for key in ("time_to_train_sequences", "time_to_train_hours"):
+        summary.pop(key)
+    report.summary("train_summary", summary)
+    return summary
+
+
+def _keep_if_best(state, config, data, best, report) -> dict:
+    """Evaluates on dev; saves the weights to OUTPUT_DIR/best when the main metric improved."""
+    scores = evaluate(state, config, data.dev, data, "dev")
+    metric = scores["main_metric"]
+    report.log(f"step {state.step}: dev {metric} {scores[metric]:.4f}")
+    if best is not None and scores[metric] <= best["value"]:
+        return best
+    if report.enabled:
+        checkpoints.save_checkpoint(state.params, os.path.join(config.output_dir, BEST_DIR),
+                                    state.step, keep_max=1)
+    return {"step": state.step, "metric": metric, "value": scores[metric]}
+
+
+def _restore_best(state, config, report) -> None:
+    """The best dev weights (if --do_eval kept any) for the final eval and predictions."""
+    best_dir = os.path.join(config.output_dir, BEST_DIR)
+    if report.enabled and checkpoints.latest_checkpoint(best_dir):
+        checkpoints.restore(best_dir, state.params, require_all=True)
+        report.log(f"using the best dev weights: {checkpoints.latest_checkpoint(best_dir)}")
+    distributed.broadcast_variables(list(state.params.values()))
+
+
+def _save_final(state, config, report) -> None:
+    if report.enabled:
+        prefix = checkpoints.save_checkpoint(state.checkpoint_variables(), config.output_dir,
+                                             state.step, keep_max=1)
+        report.log(f"saved {prefix}")
+
+
+# --------------------------------------------------------------------------- eval and predict
+
+
+def predict(state: FinetuningState, features: dict, batch_size: int) -> np.ndarray:
+    """Argmax label ids of every row ([N] or [N, S]); the last batch is padded to full size
+    (one traced shape)."""
+    names = ("input_ids", "input_mask", "segment_ids")
+    num_rows = len(features["input_ids"])
+    predicted = []
+    for i in range(0, num_rows, batch_size):
+        batch = {n: features[n][i:i + batch_size] for n in names}
+        rows = len(batch["input_ids"])
+        batch = {n: np.pad(v, [(0, batch_size - rows)] + [(0, 0)] * (v.ndim - 1))
+                 for n, v in batch.items()}
+        predicted.append(state.predicted_ids(batch).numpy()[:rows])
+    return np.concatenate(predicted)
+
+
+def gold_and_predicted(state, config, encoded: tasks.Encoded):
+    """Flat gold and predicted ids of the scored items (words for tagging, rows otherwise)."""
+    predicted = predict(state, encoded.features, config.eval_batch_size)
+    gold = encoded.features["eval_label_ids"]
+    if config.task_name in tasks.TAGGING_TASKS:
+        starts = encoded.features["word_starts"] > 0
+        return gold[starts], predicted[starts]
+    return gold, predicted
+
+
+def evaluate(state, config, encoded: tasks.Encoded, data: TaskData, split: str) -> dict:
+    """eval_results of `split` (evaluation.scores), the majority baseline from training's
+    labels."""
+    gold, predicted = gold_and_predicted(state, config, encoded)
+    train_ids = data.train.features["eval_label_ids"] if data.train else gold
+    if config.task_name in tasks.TAGGING_TASKS and data.train:
+        train_ids = train_ids[data.train.features["word_starts"] > 0]
+    return {"split": split, **evaluation.scores(config.task_name, gold, predicted,
+                                                data.label_names, train_ids)}
+
+
+def write_predictions(state, config, data: TaskData, report: Reporter) -> None:
+    """OUTPUT_DIR/predictions.tsv: `index<TAB>label` per test example (GLUE's submission
+    format), or for tagging `word<TAB>tag` per word with a blank line after each sentence."""
+    _, predicted = gold_and_predicted(state, config, data.test)
+    names = [data.label_names[i] for i in predicted.tolist()]
+    path = os.path.join(config.output_dir, "predictions.tsv")
+    if not report.enabled:
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        if config.task_name in tasks.TAGGING_TASKS:
+            words = iter(names)
+            for sentence in data.test_inputs:
+                f.writelines(f"{word}\t{next(words)}\n" for word in sentence.words)
+                f.write("\n")
+        else:
+            f.write("index\tprediction\n")
+            f.writelines(f"{i}\t{name}\n" for i, name in enumerate(names))
+    report.log(f"wrote {len(names)} predictions to {path}")
+
+
+def table_row(config: FinetuningConfig, summary: dict) -> str:
+    """One Markdown table row: task | init | dev metric | epochs | train time | ranks."""
+    init = config.init_checkpoint or "random init"
+    row = [config.task_name, init]
+    if "eval" in summary:
+        metric = summary["eval"]["main_metric"]
+        row.append(f"dev {metric} {100 * summary['eval'][metric]:.2f}")
+    if "train" in summary:
+        row += [f"{config.num_train_epochs:g} epochs",
+                f"{summary['train']['train_seconds']:.0f} s",
+                f"{summary['train']['ranks']} rank(s)"]
+    return "| " + " | ".join(row) + " |"
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def _check_fresh_output_dir(config: FinetuningConfig) -> None:
+    if config.do_train and checkpoints.latest_checkpoint(config.output_dir):
+        raise FinetuningConfigError(
+            f"--output_dir={config.output_dir} already holds a fine-tuning checkpoint; choose "
+            "a new directory (to evaluate that run, pass its best/ directory as "
+            "--init_checkpoint without --do_train)")
+
+
+def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:
+    """The tokenizer of --vocab_file, checked against the model's vocab size."""
+    tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+    if tokenizer.vocab_size != vocab_size:
+        raise FinetuningConfigError(
+            f"--vocab_file={config.vocab_file} has {tokenizer.vocab_size} tokens but "
+            f"--bert_config_file={config.bert_config_file} says vocab_size={vocab_size}; use "
+            "the vocab file the model was pretrained with")
+    if config.init_checkpoint:
+        _check_checkpoint_vocab(config.init_checkpoint, tokenizer.vocab_size, config.vocab_file)
+    return tokenizer
+
+
+def _check_checkpoint_vocab(init_checkpoint: str, vocab_size: int, vocab_file: str) -> None:
+    prefix = checkpoints.resolve_checkpoint(init_checkpoint)
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    table = shapes.get("bert/embeddings/word_embeddings")
+    if table and table[0] != vocab_size:
+        raise FinetuningConfigError(
+            f"--init_checkpoint={init_checkpoint} has a {table[0]}-token embedding table but "
+            f"--vocab_file={vocab_file} has {vocab_size} tokens; pass the vocab file (and "
+            "bert_config.json) the checkpoint was pretrained with")
+
+
+def load_task_data(config: FinetuningConfig, tokenizer, report: Reporter) -> TaskData:
+    """Reads and encodes the splits the run needs; reports shortened rows and unseen labels."""
+    tagging = config.task_name in tasks.TAGGING_TASKS
+    columns = tasks.TsvColumns(config.text_a_column, config.text_b_column, config.label_column,
+                               config.tsv_has_header)
+
+    def read(split):
+        if tagging:
+            return tasks.read_sentences(config.task_name, config.data_dir, split)
+        return tasks.read_examples(config.task_name, config.data_dir, split, columns)
+
+    needed = [s for s, wanted in zip(tasks.SPLITS, (True, config.do_eval, config.do_predict),
+                                     strict=True) if wanted]
+    inputs = {split: read(split) for split in needed}
+    train_labels = ([tag for s in inputs["train"] for tag in s.upos] if tagging
+                    else [e.label for e in inputs["train"]])
+    label_names = tasks.label_list(config.task_name, train_labels)
+    encoded = {split: _encode(config, tokenizer, inputs[split], label_names, split, report)
+               for split in needed}
+    return TaskData(label_names, encoded.get("train"), encoded.get("dev"), encoded.get("test"),
+                    inputs.get("test", []))
+
+
+def _encode(config, tokenizer, inputs, label_names, split, report) -> tasks.Encoded:
+    where = f"--data_dir={config.data_dir} ({split})"
+    if config.task_name in tasks.TAGGING_TASKS:
+        encoded = tasks.encode_sentences(tokenizer, inputs, label_names, config.max_seq_length,
+                                         where)
+        unit, action = "sentence(s)", "split into several rows"
+    else:
+        strict = config.task_name in tasks.GLUE_TASKS
+        encoded = tasks.encode_examples(tokenizer, inputs, label_names, config.max_seq_length,
+                                        where, strict)
+        unit, action = "example(s)", "truncated"
+    report.log(f"{split}: {len(inputs)} {unit} -> {encoded.num_rows} rows")
+    if encoded.shortened:
+        report.log(f"warning: {split}: {encoded.shortened} {unit} longer than --max_seq_length="
+                   f"{config.max_seq_length} word pieces were {action}")
+    if encoded.unseen_labels and split != "test":
+        report.log(f"warning: {split}: {sum(encoded.unseen_labels.values())} item(s) have "
+                   f"labels training never saw ({dict(encoded.unseen_labels)}); they count as "
+                   "errors")
+    return encoded
+
+
+def _initialise(state: FinetuningState, config: FinetuningConfig, report: Reporter) -> None:
+    """Rank 0 loads --init_checkpoint (the encoder; the head stays new); all ranks then get
+    rank 0's variables."""
+    if report.enabled and config.init_checkpoint:
+        loaded = checkpoints.init_from_checkpoint(config.init_checkpoint, state.params)
+        report.log(f"initialised from {config.init_checkpoint}: {len(loaded.loaded)} loaded, "
+                   f"{len(loaded.missing)} new ({', '.join(loaded.missing[:4])})")
+    elif report.enabled:
+        report.log("no --init_checkpoint: random initialisation (a baseline)")
+    distributed.broadcast_variables(list(state.checkpoint_variables().values()))
+
+
+USER_ERRORS = (*loop.USER_ERRORS, FinetuningConfigError, tasks.TaskDataError, ConlluError)

@@ -1,0 +1,167 @@
+"""run_finetuning flags (defined once, Google's run_classifier.py names) and the plain
+`FinetuningConfig` they become. Flags shared with pretraining (--precision, --use_xla, ...) mean
+the same as there (bert_tf/train/config.py)."""
+
+import dataclasses
+
+from absl import flags
+
+from bert_tf.data.tasks import TASK_NAMES
+from bert_tf.train.config import PRECISIONS
+
+
+class FinetuningConfigError(ValueError):
+    """A flag value that cannot work; the message names the flag."""
+
+
+@dataclasses.dataclass
+class FinetuningConfig:
+    task_name: str
+    data_dir: str
+    bert_config_file: str
+    vocab_file: str
+    output_dir: str
+    init_checkpoint: str = ""
+    do_lower_case: bool = True
+    max_seq_length: int = 128
+    train_batch_size: int = 32
+    eval_batch_size: int = 64
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    precision: str = "fp32"
+    use_xla: bool = False
+    num_accumulation_steps: int = 1
+    fp16_allreduce: bool = False
+    weight_decay_rate: float = 0.01
+    text_a_column: int = 0
+    text_b_column: int = -1
+    label_column: int = 1
+    tsv_has_header: bool = False
+    log_every_n_steps: int = 10
+    seed: int = 12345
+    max_nonfinite_updates: int = 25
+    peer_timeout_seconds: float = 900.0
+    # Google's fine-tuning rule; not flags. The step counts follow from the data and the
+    # epochs (`with_schedule`).
+    optimizer_type: str = "adamw"
+    num_train_steps: int = 0
+    num_warmup_steps: int = 0
+
+    def validate(self) -> None:
+        def fail(flag, problem):
+            raise FinetuningConfigError(f"--{flag} {problem}")
+
+        if not (self.do_train or self.do_eval or self.do_predict):
+            fail("do_train", "or --do_eval or --do_predict must be set (nothing to do)")
+        for name in ("task_name", "data_dir", "bert_config_file", "vocab_file", "output_dir"):
+            if not getattr(self, name):
+                fail(name, "is required")
+        if self.task_name not in TASK_NAMES:
+            fail("task_name", f"must be one of {', '.join(TASK_NAMES)}, got {self.task_name!r}")
+        for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps",
+                     "log_every_n_steps", "max_nonfinite_updates"):
+            if getattr(self, name) < 1:
+                fail(name, f"must be >= 1, got {getattr(self, name)}")
+        self._validate_numbers(fail)
+
+    def _validate_numbers(self, fail) -> None:
+        if self.max_seq_length < 3:
+            fail("max_seq_length", f"must be >= 3 ([CLS], a token, [SEP]), got "
+                 f"{self.max_seq_length}")
+        if self.num_train_epochs <= 0:
+            fail("num_train_epochs", f"must be positive, got {self.num_train_epochs}")
+        if not 0 <= self.warmup_proportion < 1:
+            fail("warmup_proportion", f"must be in [0, 1), got {self.warmup_proportion}")
+        if self.learning_rate <= 0:
+            fail("learning_rate", f"must be positive, got {self.learning_rate}")
+        if self.precision not in PRECISIONS:
+            fail("precision", f"must be one of {', '.join(PRECISIONS)}")
+        if min(self.text_a_column, self.label_column) < 0:
+            fail("text_a_column", "and --label_column must be >= 0")
+
+    def global_batch_size(self, num_ranks: int) -> int:
+        return self.train_batch_size * self.num_accumulation_steps * num_ranks
+
+    def with_schedule(self, num_train_examples: int, num_ranks: int) -> "FinetuningConfig":
+        """This config with Google's step counts: int(examples * epochs / global batch)
+        updates, the first --warmup_proportion of them warming up."""
+        steps = int(num_train_examples * self.num_train_epochs
+                    / self.global_batch_size(num_ranks))
+        if steps < 1:
+            raise FinetuningConfigError(
+                f"--num_train_epochs={self.num_train_epochs} of {num_train_examples} training "
+                f"rows is less than one update of {self.global_batch_size(num_ranks)} (all "
+                "ranks); lower --train_batch_size or add data")
+        return dataclasses.replace(self, num_train_steps=steps,
+                                   num_warmup_steps=int(steps * self.warmup_proportion))
+
+
+def define_finetuning_flags() -> None:
+    """Defines every run_finetuning flag (call once, before parsing)."""
+    d = FinetuningConfig.__dataclass_fields__
+    flags.DEFINE_enum("task_name", None, TASK_NAMES, "The task: pos (CoNLL-U UPOS tagging), "
+                      "GLUE cola/sst-2/mrpc/mnli, or tsv (see --text_a_column).")
+    flags.DEFINE_string("data_dir", None, "Directory with the task's train/dev/test files "
+                        "(train.tsv ... or *train.conllu ...).")
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pretrained model.")
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab the model was trained with.")
+    flags.DEFINE_string("output_dir", None, "Checkpoints, metrics.jsonl, eval_results.json "
+                        "and predictions go here (must not hold a fine-tuning run yet).")
+    flags.DEFINE_string("init_checkpoint", "", "Pretrained checkpoint (prefix or directory): "
+                        "ours, Google's bert_model.ckpt, or Hugging Face weights converted with "
+                        "python -m bert_tf convert. Empty: random initialisation.")
+    flags.DEFINE_bool("do_lower_case", d["do_lower_case"].default,
+                      "Lower-case the text (uncased models).")
+    flags.DEFINE_integer("max_seq_length", d["max_seq_length"].default,
+                         "Word pieces per row, [CLS] and [SEP] included; longer sentences are "
+                         "split (tagging) or truncated (classification), and counted.")
+    flags.DEFINE_integer("train_batch_size", d["train_batch_size"].default,
+                         "Rows per micro-batch per rank.")
+    flags.DEFINE_integer("eval_batch_size", d["eval_batch_size"].default,
+                         "Rows per eval/predict batch.")
+    flags.DEFINE_float("learning_rate", d["learning_rate"].default, "Peak learning rate (AdamW).")
+    flags.DEFINE_float("num_train_epochs", d["num_train_epochs"].default,
+                       "Passes over the training data.")
+    flags.DEFINE_float("warmup_proportion", d["warmup_proportion"].default,
+                       "Share of the updates with linear warmup (then linear decay to 0).")
+    flags.DEFINE_bool("do_train", False, "Fine-tune on the train split.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split (after every epoch when "
+                      "training; the best checkpoint is kept in OUTPUT_DIR/best).")
+    flags.DEFINE_bool("do_predict", False, "Write predictions for the test split.")
+    flags.DEFINE_enum("precision", d["precision"].default, PRECISIONS,
+                      "As run_pretraining's --precision.")
+    flags.DEFINE_bool("use_xla", d["use_xla"].default, "Compile forward/backward with XLA.")
+    flags.DEFINE_integer("num_accumulation_steps", d["num_accumulation_steps"].default,
+                         "Micro-batches accumulated per optimizer update.")
+    flags.DEFINE_bool("fp16_allreduce", d["fp16_allreduce"].default,
+                      "Compress gradients to float16 for the allreduce.")
+    flags.DEFINE_float("weight_decay_rate", d["weight_decay_rate"].default,
+                       "AdamW decoupled weight decay (not for LayerNorm and bias).")
+    flags.DEFINE_integer("text_a_column", d["text_a_column"].default,
+                         "--task_name=tsv: 0-based column of the text.")
+    flags.DEFINE_integer("text_b_column", d["text_b_column"].default,
+                         "--task_name=tsv: column of the second text of a pair; -1: none.")
+    flags.DEFINE_integer("label_column", d["label_column"].default,
+                         "--task_name=tsv: column of the label (test.tsv needs none).")
+    flags.DEFINE_bool("tsv_has_header", d["tsv_has_header"].default,
+                      "--task_name=tsv: skip the first line of each file.")
+    flags.DEFINE_integer("log_every_n_steps", d["log_every_n_steps"].default,
+                         "Updates between metrics.jsonl entries.")
+    flags.DEFINE_integer("seed", d["seed"].default,
+                         "Seed of the classifier's initialisation and the data order.")
+    flags.DEFINE_integer("max_nonfinite_updates", d["max_nonfinite_updates"].default,
+                         "Stop when this many updates in a row have non-finite gradients.")
+    flags.DEFINE_float("peer_timeout_seconds", d["peer_timeout_seconds"].default,
+                       "A multi-rank run exits with an error when no update completes for this "
+                       "long; 0 disables.")
+
+
+def finetuning_config_from_flags(flag_values) -> FinetuningConfig:
+    """A FinetuningConfig from parsed absl flags (call .validate() to check it)."""
+    names = [f.name for f in dataclasses.fields(FinetuningConfig)
+             if f.name not in ("optimizer_type", "num_train_steps", "num_warmup_steps")]
+    return FinetuningConfig(**{name: getattr(flag_values, name) for name in names})

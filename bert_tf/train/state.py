@@ -1,0 +1,177 @@
+"""The update machinery every training run shares: pretraining and fine-tuning alike.
+
+A `TrainState` holds a model, its optimizer, the loss scale, the step and the input position
+(everything a checkpoint holds) and performs one optimizer update from a list of micro-batches:
+
+    totals (allreduced)  ->  per micro-batch: forward/backward (XLA with --use_xla),
+    accumulate  ->  ONE gradient allreduce  ->  unscale, finiteness, clip  ->  step
+
+A task supplies three things by subclassing: `loss_sums` (the per-batch sums named by
+`metric_names`, from which losses and accuracies follow), `objective` (the sums made into the
+loss of the whole update, normalised by `totals`) and `local_totals` (what the normalisers count,
+summed over this rank's micro-batches before the allreduce). Normalising by totals over every
+micro-batch of every rank is what makes 2 ranks x batch b, 1 rank x batch 2b and 2 micro-batches
+of b take the same update.
+"""
+
+import tensorflow as tf
+
+from bert_tf.model.modeling import variables_by_name
+from bert_tf.train import distributed, optimization, precision
+
+GLOBAL_STEP = "global_step"
+INPUT_POSITION = "input_batches_consumed"  # micro-batches this run's data has consumed per rank
+
+
+class TrainState(tf.Module):
+    """Model, optimizer, loss scale, step and input position, plus the two halves of an update:
+    `gradients` (one micro-batch forward/backward, XLA-compiled with use_xla; `accumulate` sums
+    them over micro-batches) and `apply_update` (allreduce, unscale, finiteness, clip, step).
+
+    Args:
+      model: a module with `named_variables()` (bert_tf.model), called by `loss_sums`.
+      config: any object with the training fields of PretrainingConfig (optimizer_type,
+        weight_decay_rate, precision, seed, num_accumulation_steps, use_xla, fp16_allreduce,
+        learning_rate, num_train_steps, num_warmup_steps).
+      metric_names: names of the sums `loss_sums` returns, in the order they are allreduced.
+      name: the module's name.
+    """
+
+    def __init__(self, model, config, metric_names, name="train_state"):
+        super().__init__(name=name)
+        self.config = config
+        self.metric_names = tuple(metric_names)
+        self.model = model
+        self.params = variables_by_name(model)
+        self.optimizer = optimization.create_optimizer(
+            config.optimizer_type, self.params, config.weight_decay_rate)
+        self.loss_scale = precision.DynamicLossScale(
+            enabled=precision.uses_loss_scaling(config.precision, precision.has_gpu()))
+        # Folded with each micro-batch's input position into its dropout seed.
+        self.dropout_seed = tf.constant([config.seed, distributed.rank()], tf.int64)
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name=GLOBAL_STEP)
+        self.input_position = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name=INPUT_POSITION)
+        # Gradient sums over an update's micro-batches (none needed for one micro-batch).
+        accumulating = config.num_accumulation_steps > 1
+        self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
+                             for v in self.params.values()] if accumulating else []
+        self.metric_sums = tf.Variable(tf.zeros([len(self.metric_names)]), trainable=False)
+        self.decay_power = optimization.decay_power(config.optimizer_type)
+        self.gradients = tf.function(self._gradients, jit_compile=config.use_xla)
+        self.accumulate = tf.function(self._accumulate, jit_compile=config.use_xla)
+        self.apply_update = tf.function(self._apply_update)
+        # Called from apply_update after the allreduce, so it can be compiled: XLA fuses the
+        # optimizer's per-variable elementwise passes (LAMB, BERT-base, CPU: 1.40 -> 1.51
+        # sequences/s, bench/train_step.py as reported in bench/README.md).
+        self.apply_optimizer = tf.function(self.optimizer.apply, jit_compile=config.use_xla)
+
+    # ------------------------------------------------------------------ the task's part
+
+    def loss_sums(self, features, dropout_seed) -> dict:
+        """This micro-batch's sums (float32 scalars), keyed by at least `metric_names`."""
+        raise NotImplementedError
+
+    def objective(self, sums, totals):
+        """The differentiable loss of this micro-batch's share of the update."""
+        raise NotImplementedError
+
+    def local_totals(self, micro_batches) -> tf.Tensor:
+        """The normalisers' counts over this rank's micro-batches (a float32 vector)."""
+        raise NotImplementedError
+
+    def metrics_from_sums(self, sums) -> dict:
+        """Python-float metrics from the allreduced sums (a list in `metric_names` order)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the update
+
+    def checkpoint_variables(self) -> dict[str, tf.Variable]:
+        return {**self.params, **self.optimizer.slots_by_name(),
+                **self.loss_scale.variables_by_name(),
+                GLOBAL_STEP: self.global_step, INPUT_POSITION: self.input_position}
+
+    def _gradients(self, features, totals):
+        """This micro-batch's (loss-scaled) gradients and metric sums; counts it as consumed
+        input. totals: the normalisers over the whole update on all ranks."""
+        params = list(self.params.values())
+        # Every rank and micro-batch gets its own masks; a resumed run the same ones.
+        dropout_seed = tf.random.experimental.stateless_fold_in(self.dropout_seed,
+                                                                self.input_position)
+        with tf.GradientTape() as tape:
+            sums = self.loss_sums(features, dropout_seed)
+            scaled_loss = self.objective(sums, totals) * self.loss_scale.scale
+        grads = tape.gradient(scaled_loss, params)
+        self.input_position.assign_add(1)
+        grads = [tf.zeros_like(p) if g is None else tf.convert_to_tensor(g)
+                 for p, g in zip(params, grads, strict=True)]
+        return grads, tf.stack([sums[name] for name in self.metric_names])
+
+    def _accumulate(self, features, totals, first: bool):
+        """Adds this micro-batch's gradients and metric sums to the accumulators; the first
+        micro-batch of an update overwrites them (no zeroing pass)."""
+        grads, metric_sums = self._gradients(features, totals)
+        for accumulator, grad in zip([*self.accumulators, self.metric_sums],
+                                     [*grads, metric_sums], strict=True):
+            if first:
+                accumulator.assign(grad)
+            else:
+                accumulator.assign_add(grad)
+
+    def _apply_update(self, grads, metric_sums):
+        """Allreduces the update's gradients, then steps unless one is non-finite."""
+        config = self.config
+        grads = distributed.allreduce_sum(grads, fp16_compression=config.fp16_allreduce)
+        (metric_sums,) = distributed.allreduce_sum([metric_sums])
+        loss_scale = self.loss_scale.scale.read_value()
+        grads = [g / loss_scale for g in grads]
+        finite = precision.all_finite(grads)
+        clipped, grad_norm = optimization.clip_by_global_norm(grads, finite)
+        learning_rate = optimization.learning_rate_at(
+            self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
+            num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
+        if finite:
+            self.apply_optimizer(clipped, learning_rate, self.global_step)
+            self.global_step.assign_add(1)
+        self.loss_scale.update(finite)
+        return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
+                "grad_norm": grad_norm, "loss_scale": loss_scale}
+
+    def update(self, batches) -> dict:
+        """One optimizer update from the next `num_accumulation_steps` micro-batches of this
+        rank's `batches` (an iterator, or a list of exactly that many); returns its metrics."""
+        batches = iter(batches)
+        micro_batches = [next(batches) for _ in range(self.config.num_accumulation_steps)]
+        (totals,) = distributed.allreduce_sum([self.local_totals(micro_batches)])
+        if len(micro_batches) == 1:  # no accumulators: saves a copy of the gradients
+            grads, metric_sums = self.gradients(micro_batches[0], totals)
+        else:
+            for i, features in enumerate(micro_batches):
+                self.accumulate(features, totals, first=i == 0)
+            grads = [a.read_value() for a in self.accumulators]
+            metric_sums = self.metric_sums.read_value()
+        return self.update_metrics(self.apply_update(grads, metric_sums))
+
+    def update_metrics(self, result) -> dict:
+        """Python numbers from apply_update's result."""
+        return update_metrics(result, self.metrics_from_sums)
+
+    @property
+    def step(self) -> int:
+        return int(self.global_step.numpy())
+
+
+def update_metrics(result, metrics_from_sums) -> dict:
+    """Python numbers from an apply_update result.
+
+    Args:
+      result: what TrainState.apply_update returned.
+      metrics_from_sums: the task's function from the list of metric sums to named metrics.
+    """
+    return {
+        "finite": bool(result["finite"]),
+        **metrics_from_sums(result["metric_sums"].numpy().tolist()),
+        "learning_rate": float(result["learning_rate"]),
+        "grad_norm": float(result["grad_norm"]),
+        "loss_scale": float(result["loss_scale"]),
+    }

@@ -1,0 +1,292 @@
+"""Fine-tuning: rank/accumulation layouts under real Horovod give the same weights, tagging and
+classification learn on real data, task files are read as Google reads them, and bad input gets
+a clear error or a counted warning.
+
+Data: UD English EWT (the shared test file, split into train/dev here) and passages of two
+Gutenberg books. Model: L2 H64 A2 I128 from random initialisation, no dropout.
+"""
+
+import dataclasses
+import json
+import random
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PYTHON, REPO, run_command
+
+from bert_tf.data import conllu, tasks
+from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.model import checkpoints
+from bert_tf.train import evaluation, finetune
+from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
+
+VENV_BIN = Path(sys.executable).parent
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+SEQ = 64
+TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=128, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0, max_position_embeddings=SEQ)
+
+
+def write_conllu(path, sentences):
+    path.write_text("\n\n".join(sentences) + "\n\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def ewt(tmp_path_factory, shared_data):
+    """EWT split into train (first 900 sentences) and dev (the last 300), a tiny config."""
+    root = tmp_path_factory.mktemp("ewt")
+    blocks = (shared_data / "ud" / "en_ewt-ud-test.conllu").read_text().strip().split("\n\n")
+    write_conllu(root / "en_ewt-ud-train.conllu", blocks[:900])
+    write_conllu(root / "en_ewt-ud-dev.conllu", blocks[-300:])
+    write_conllu(root / "en_ewt-ud-test.conllu", blocks[-20:])
+    small = root / "small"
+    small.mkdir()
+    write_conllu(small / "train.conllu", blocks[:96])
+    write_conllu(small / "dev.conllu", blocks[-40:])
+    config = root / "bert_config.json"
+    config.write_text(json.dumps(TINY_BERT))
+    return SimpleNamespace(root=root, small=small, config=config,
+                           vocab=shared_data / "vocab" / "bert-base-uncased.txt")
+
+
+def finetuning_config(data_dir, output_dir, bert_config, vocab, **overrides):
+    settings = dict(task_name="pos", data_dir=str(data_dir), bert_config_file=str(bert_config),
+                    vocab_file=str(vocab), output_dir=str(output_dir), max_seq_length=SEQ,
+                    train_batch_size=16, learning_rate=1e-3, num_train_epochs=2.0,
+                    log_every_n_steps=20)
+    settings.update(overrides)
+    return FinetuningConfig(**settings)
+
+
+def command(config: FinetuningConfig):
+    flags = []
+    for field in dataclasses.fields(config):
+        if field.name in ("optimizer_type", "num_train_steps", "num_warmup_steps"):
+            continue
+        value = getattr(config, field.name)
+        flags.append(f"--{'' if value else 'no'}{field.name}" if isinstance(value, bool)
+                     else f"--{field.name}={value}")
+    return [PYTHON, REPO / "run_finetuning.py", *flags]
+
+
+def final_weights(output_dir):
+    reader = tf.train.load_checkpoint(checkpoints.latest_checkpoint(str(output_dir)))
+    names = sorted(n for n in reader.get_variable_to_shape_map()
+                   if n.startswith(("bert/", "output_")) and "adam" not in n)
+    return {n: reader.get_tensor(n) for n in names}
+
+
+# ------------------------------------------------------------------ equivalence
+
+
+def test_two_ranks_and_accumulation_equal_one_double_batch(ewt, tmp_path):
+    """horovodrun -np 2 x batch 4 and 1 rank x 2 micro-batches of 4 end with the weights of
+    1 rank x batch 8 (12 updates)."""
+    base = dict(train_batch_size=8, num_train_epochs=1.0, warmup_proportion=0.1, do_train=True)
+    single = finetuning_config(ewt.small, tmp_path / "single", ewt.config, ewt.vocab, **base)
+    finetune.run(single)
+    accumulated = dataclasses.replace(single, output_dir=str(tmp_path / "accumulated"),
+                                      train_batch_size=4, num_accumulation_steps=2)
+    finetune.run(accumulated)
+    two_ranks = dataclasses.replace(single, output_dir=str(tmp_path / "two_ranks"),
+                                    train_batch_size=4)
+    run_command([VENV_BIN / "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+                 *command(two_ranks)], env=ONE_THREAD, timeout=400)
+
+    reference = final_weights(tmp_path / "single")
+    assert checkpoints.latest_checkpoint(str(tmp_path / "single")).endswith("-12")
+    assert checkpoints.latest_checkpoint(str(tmp_path / "two_ranks")).endswith("-12")
+    for other in ("accumulated", "two_ranks"):
+        weights = final_weights(tmp_path / other)
+        assert weights.keys() == reference.keys()
+        for name, value in reference.items():
+            np.testing.assert_allclose(weights[name], value, atol=2e-6, rtol=0, err_msg=name)
+
+
+# ------------------------------------------------------------------ learning on real data
+
+
+def test_tagging_learns_upos_on_ewt_well_above_the_majority_baseline(ewt, tmp_path):
+    config = finetuning_config(ewt.root, tmp_path / "out", ewt.config, ewt.vocab,
+                               do_train=True, do_eval=True, do_predict=True)
+    summary = finetune.run(config)
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert results == json.loads(json.dumps(summary["eval"]))
+    assert results["majority_baseline"] < 0.25  # NOUN
+    assert results["accuracy"] > results["majority_baseline"] + 0.4, results
+    assert results["per_tag_accuracy"]["PUNCT"]["accuracy"] > 0.9
+    assert sum(t["count"] for t in results["per_tag_accuracy"].values()) == results["count"]
+    # Metrics during training, the best dev checkpoint, and predictions for every test word.
+    logged = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
+    assert logged[-1]["step"] == summary["train"]["global_step"]
+    assert checkpoints.latest_checkpoint(str(tmp_path / "out" / finetune.BEST_DIR))
+    test_words = sum(len(s.words) for s in conllu.read_conllu(
+        ewt.root / "en_ewt-ud-test.conllu", require_heads=False))
+    predicted = [line for line in (tmp_path / "out" / "predictions.tsv").read_text().split("\n")
+                 if line]
+    assert len(predicted) == test_words
+    assert {line.split("\t")[1] for line in predicted} <= set(summary["labels"])
+
+
+@pytest.fixture(scope="module")
+def books(tmp_path_factory, shared_data):
+    """Which book a 30-word passage comes from: Persuasion (label 'austen') or The Man Who Was
+    Thursday ('chesterton'), as a generic TSV with a header (label, text)."""
+    root = tmp_path_factory.mktemp("books")
+    passages = []
+    for label, name in (("austen", "austen-persuasion.txt"),
+                        ("chesterton", "chesterton-thursday.txt")):
+        words = (shared_data / "corpora" / "gutenberg" / name).read_text().split()[2000:]
+        passages += [(label, " ".join(words[i:i + 30])) for i in range(0, 300 * 30, 30)]
+    random.Random(0).shuffle(passages)
+    for split, part in (("train", passages[:480]), ("dev", passages[480:])):
+        lines = ["label\ttext"] + [f"{label}\t{text}" for label, text in part]
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_classification_learns_which_book_a_passage_comes_from(ewt, books, tmp_path):
+    config = finetuning_config(books, tmp_path / "out", ewt.config, ewt.vocab, task_name="tsv",
+                               text_a_column=1, label_column=0, tsv_has_header=True,
+                               num_train_epochs=3.0, do_train=True, do_eval=True)
+    results = finetune.run(config)["eval"]
+    assert results["count"] == 120
+    assert results["accuracy"] > results["majority_baseline"] + 0.15, results
+
+
+# ------------------------------------------------------------------ task files
+
+
+def test_glue_files_are_read_with_googles_columns_and_labels(tmp_path):
+    glue = {
+        "cola": ("gj04\t1\t\tThe sailors rode the breeze clear of the rocks.\n", "0",
+                 ("The sailors rode the breeze clear of the rocks.", None, "1")),
+        "sst-2": ("sentence\tlabel\nit 's a charming journey . \t1\n", "",
+                  ("it 's a charming journey . ", None, "1")),
+        "mrpc": ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tHe said .\tHe says .\n",
+                 "", ("He said .", "He says .", "1")),
+        "mnli": ("\t".join(["h"] * 12) + "\n" + "\t".join(
+            ["0", "1", "2", "3", "4", "5", "6", "7", "A man .", "A person .", "x",
+             "entailment"]) + "\n", "", ("A man .", "A person .", "entailment")),
+    }
+    for task, (text, _, expected) in glue.items():
+        directory = tmp_path / task
+        directory.mkdir()
+        name = tasks.GLUE_TASKS[task].files["dev"]
+        (directory / name).write_text(text)
+        (example,) = tasks.read_examples(task, str(directory), "dev")
+        assert (example.text_a, example.text_b, example.label) == expected, task
+
+
+def test_multiword_ranges_and_empty_nodes_are_skipped_and_long_sentences_split(ewt, tmp_path):
+    words = [f"{i}\tword{i}\t_\tNOUN\t_\t_\t0\troot\t_\t_" for i in range(1, 41)]
+    sentence = "\n".join(["# sent_id = long", "1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_", *words[:5],
+                          "5.1\tgone\t_\tVERB\t_\t_\t_\t_\t_\t_", *words[5:]])
+    write_conllu(tmp_path / "x-train.conllu", [sentence])
+    (parsed,) = tasks.read_sentences("pos", str(tmp_path), "train")
+    assert len(parsed.words) == 40 and "don't" not in parsed.words and "gone" not in parsed.words
+    tokenizer = FullTokenizer(ewt.vocab)
+    encoded = tasks.encode_sentences(tokenizer, [parsed], ["NOUN"], 16, "test")
+    assert encoded.shortened == 1 and encoded.num_rows > 1  # split, counted
+    starts = encoded.features["word_starts"]
+    assert starts.sum() == 40  # every word keeps exactly one labelled first piece
+    assert [span[0] for span in encoded.pieces] == [0] * encoded.num_rows
+    assert encoded.pieces[0][1] == 0 and encoded.pieces[-1][2] == 40
+
+
+def test_long_pairs_are_truncated_and_counted(ewt):
+    tokenizer = FullTokenizer(ewt.vocab)
+    examples = [tasks.Example("a", "one two three four five six", "seven eight", "x"),
+                tasks.Example("b", "short", None, "y")]
+    encoded = tasks.encode_examples(tokenizer, examples, ["x", "y"], 8, "test", True)
+    assert encoded.shortened == 1
+    assert encoded.features["input_mask"][0].sum() == 8
+    assert tokenizer.encode_pair("one two three four five six", "seven eight", 8)[
+        "input_ids"] == encoded.features["input_ids"][0].tolist()
+
+
+def test_scores():
+    gold, predicted = np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 1, 1])
+    # tp 2, tn 1, fp 1, fn 1: MCC (2 - 1) / sqrt(3 * 3 * 2 * 2) = 1/6; F1 = 4 / (3 + 3)
+    assert evaluation.matthews_corrcoef(gold, predicted) == pytest.approx(1 / 6)
+    assert evaluation.f1(gold, predicted) == pytest.approx(2 / 3)
+    scores = evaluation.scores("pos", np.array([0, 1, -1]), np.array([0, 0, 1]), ["A", "B"],
+                               [1, 1, 0])
+    assert scores["accuracy"] == pytest.approx(1 / 3)
+    assert scores["majority_baseline"] == pytest.approx(1 / 3)
+    assert scores["per_tag_accuracy"]["(unseen)"] == {"accuracy": 0.0, "count": 1}
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_dev_labels_unseen_in_training_are_counted_and_scored_as_errors(ewt, tmp_path, capsys):
+    (tmp_path / "train.tsv").write_text("a\tgood film\nb\tbad film\n")
+    (tmp_path / "dev.tsv").write_text("a\tgood\nc\tugly\nc\tworse\n")
+    config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
+                               task_name="tsv", text_a_column=1, label_column=0, do_eval=True)
+    results = finetune.run(config)["eval"]
+    assert "warning: dev: 2 item(s) have labels training never saw ({'c': 2})" in (
+        capsys.readouterr().out)
+    assert results["count"] == 3 and results["accuracy"] <= 1 / 3
+
+
+def test_tsv_with_varying_column_count_fails_naming_file_and_line(ewt, tmp_path):
+    (tmp_path / "train.tsv").write_text("a\tgood film\nb\tbad\tfilm\n")
+    config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
+                               task_name="tsv", do_train=True)
+    proc = run_command(command(config), check=False)
+    assert proc.returncode == 1
+    assert re.search(r"run_finetuning: error: .*train\.tsv:2: 3 tab-separated columns, but the "
+                     r"first line has 2", proc.stderr), proc.stderr
+
+
+def test_glue_label_outside_the_task_label_set_fails(ewt, tmp_path):
+    (tmp_path / "train.tsv").write_text("src\t1\t\tok .\nsrc\t2\t\tbad label .\n")
+    config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
+                               task_name="cola", do_train=True)
+    with pytest.raises(tasks.TaskDataError, match=r"label\(s\) \['2'\] not in the task's label"):
+        finetune.run(config)
+
+
+def test_vocab_size_mismatches_fail_before_training(ewt, tmp_path):
+    small_config = tmp_path / "small_bert_config.json"
+    small_config.write_text(json.dumps({**TINY_BERT, "vocab_size": 100}))
+    config = finetuning_config(ewt.small, tmp_path / "out", small_config, ewt.vocab,
+                               do_train=True)
+    with pytest.raises(FinetuningConfigError, match="has 30522 tokens but --bert_config_file"):
+        finetune.run(config)
+    checkpoints.save_checkpoint({"bert/embeddings/word_embeddings": tf.zeros([100, 64])},
+                                tmp_path / "ckpt", 0)
+    config = dataclasses.replace(config, bert_config_file=str(ewt.config),
+                                 init_checkpoint=str(tmp_path / "ckpt"))
+    with pytest.raises(FinetuningConfigError, match="has a 100-token embedding table but "
+                       "--vocab_file=.* has 30522 tokens"):
+        finetune.run(config)
+
+
+def test_flag_errors(ewt, tmp_path):
+    config = finetuning_config(ewt.small, tmp_path / "out", ewt.config, ewt.vocab)
+    with pytest.raises(FinetuningConfigError, match="--do_train or --do_eval or --do_predict"):
+        finetune.run(config)
+    with pytest.raises(FinetuningConfigError, match="--task_name must be one of"):
+        finetune.run(dataclasses.replace(config, task_name="squad", do_train=True))
+    with pytest.raises(FinetuningConfigError, match="less than one update"):
+        finetune.run(dataclasses.replace(config, do_train=True, train_batch_size=1000))
+
+
+def test_empty_split_and_an_output_dir_holding_a_run_fail(ewt, tmp_path):
+    (tmp_path / "train.tsv").write_text("label\ttext\n")
+    config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
+                               task_name="tsv", tsv_has_header=True, do_train=True)
+    with pytest.raises(tasks.TaskDataError, match=r"train\.tsv: no examples"):
+        finetune.run(config)
+    checkpoints.save_checkpoint({"global_step": tf.constant(3)}, tmp_path / "out", 3)
+    with pytest.raises(FinetuningConfigError, match="already holds a fine-tuning checkpoint"):
+        finetune.run(config)
