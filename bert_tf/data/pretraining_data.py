@@ -26,7 +26,15 @@ import time
 
 import numpy as np
 
-from bert_tf.data.files import expand_patterns
+from bert_tf.data import workers
+from bert_tf.data.files import (
+    InputDataError,
+    OutputDirError,
+    check_writable,
+    decode_text,
+    expand_patterns,
+    read_bytes,
+)
 from bert_tf.data.records import feature_lengths, num_to_predict, serialize_examples
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
@@ -75,13 +83,12 @@ def read_documents(path, tokenizer, stats):
     """Tokenizes one input file -> (flat token ids, sentence [start, end) offsets into them,
     document [first, last+1) sentence ranges). Undecodable bytes are replaced and counted."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise PretrainingDataError(f"cannot read input file {path}: {e.strerror}") from e
-    stats["input_bytes"] += len(raw)
-    text = raw.decode("utf-8", errors="replace")
-    stats["replaced_bytes"] += text.count("\ufffd") - raw.count("\ufffd".encode())
+        raw = read_bytes(path)
+        text, replaced = decode_text(raw, path)
+    except InputDataError as e:
+        raise PretrainingDataError(str(e)) from e
+    stats["input_bytes"] += os.path.getsize(path)  # on disk (compressed), as the progress bar
+    stats["replaced_bytes"] += replaced
     lines = [line.strip() for line in text.split("\n")]
     del raw, text
     nonblank = [line for line in lines if line]
@@ -372,15 +379,9 @@ def _part_path(output_path, shard_index):
 def check_output_dirs(output_files):
     for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in output_files}):
         try:
-            os.makedirs(directory, exist_ok=True)
-            probe = os.path.join(directory, f".write-test-{os.getpid()}")
-            with open(probe, "w"):
-                pass
-            os.remove(probe)
-        except OSError as e:
-            raise PretrainingDataError(
-                f"output directory {directory} is not writable ({e.strerror}); choose another "
-                "--output_file location or fix its permissions") from e
+            check_writable(directory, "output_file")
+        except OutputDirError as e:
+            raise PretrainingDataError(str(e)) from e
 
 
 def _mpi_comm():
@@ -477,16 +478,12 @@ def _run_jobs(jobs, num_workers, progress, input_files):
             results = map(_run_shard, jobs)
             pool = None
         else:
-            import multiprocessing
-
             # A fork of a process that has run TensorFlow ops is not safe, and a spawned worker
             # pays TensorFlow's ~10 CPU-s import each. The forkserver is a fresh process that
             # imports TensorFlow once, runs nothing, and forks every worker from there.
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["tensorflow", "tensorflow_text",
-                                            "bert_tf.data.pretraining_data"])
-            pool = context.Pool(min(num_workers, len(jobs)),
-                                initializer=_single_threaded_tensorflow)
+            pool = workers.pool(min(num_workers, len(jobs)), _single_threaded_tensorflow,
+                                "forkserver", ["tensorflow", "tensorflow_text",
+                                               "bert_tf.data.pretraining_data"])
             results = pool.imap_unordered(_run_shard, jobs)
         try:
             for stats in results:
