@@ -19,13 +19,24 @@ blank line between articles, in shards that create_pretraining_data.py reads.
 - Paragraphs are split into sentences by format_text's splitter (blingfire; CJK as there).
 """
 
+import glob
 import html
+import os
 import re
+import sys
 import xml.etree.ElementTree as ET
 
+from absl import app, flags
 from mwparserfromhell.parser import Parser
 
-from bert_tf.data.files import InputDataError, open_input
+from bert_tf.data import shards, workers
+from bert_tf.data.files import (
+    InputDataError,
+    OutputDirError,
+    check_writable,
+    expand_patterns,
+    open_input,
+)
 from bert_tf.data.format_text import split_sentences
 
 SKIPPED_SECTIONS = frozenset({
@@ -263,3 +274,163 @@ def iter_dump(path):
     """Streams the pages of a dump file (.xml, .xml.bz2, .gz, .xz)."""
     with open_input(path) as stream:
         yield from iter_pages(stream, path)
+
+
+# --------------------------------------------------------------------------- dump -> shards
+
+# Pages handed to the workers at once: enough to keep them busy, few enough that memory stays
+# bounded (Pool.imap would read the whole dump ahead into its task queue).
+PAGES_PER_WORKER_BATCH = 64
+
+
+def _batches(iterable, size):
+    batch = []
+    for item in iterable:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _completed(output_dir, prefix):
+    """Counts of this dump's shards that are done, in order (a rerun continues after them)."""
+    done = []
+    while shards.is_done(path := shard_path(output_dir, prefix, len(done))):
+        done.append(shards.read_counts(path))
+    return done
+
+
+def shard_path(output_dir, prefix, index):
+    return os.path.join(output_dir, f"{prefix}-{index:05d}.txt")
+
+
+class _ShardWriter:
+    """Writes documents to PREFIX-NNNNN.txt shards of about `shard_bytes`, each finished (counts
+    recorded, renamed) once full, the last one when the dump ends."""
+
+    def __init__(self, output_dir, prefix, shard_bytes, index, source):
+        self.output_dir, self.prefix, self.shard_bytes = output_dir, prefix, shard_bytes
+        self.index, self.source, self.file, self.counts = index, source, None, None
+
+    def write(self, sentences, pages_end):
+        if self.file is None:
+            path = shard_path(self.output_dir, self.prefix, self.index)
+            self.file = open(shards.temporary_path(path), "w", encoding="utf-8")  # noqa: SIM115
+            self.counts = {"source": self.source, "documents": 0, "sentences": 0, "bytes": 0}
+        text = "\n".join(sentences) + "\n\n"
+        self.file.write(text)
+        self.counts["documents"] += 1
+        self.counts["sentences"] += len(sentences)
+        self.counts["bytes"] += len(text.encode("utf-8"))
+        self.counts["pages_end"] = pages_end
+        if self.counts["bytes"] >= self.shard_bytes:
+            self.finish()
+
+    def finish(self):
+        if self.file is not None:
+            self.file.close()
+            shards.finish(shard_path(self.output_dir, self.prefix, self.index), self.counts)
+            self.file = None
+            self.index += 1
+
+    def abandon(self):
+        if self.file is not None:
+            self.file.close()
+            os.remove(self.file.name)
+
+
+def extract_dump(path, output_dir, prefix, shard_bytes, pool=None, progress=None):
+    """Streams one dump into document shards PREFIX-NNNNN.txt under output_dir, continuing
+    after the shards a previous (killed) run finished. Returns the shards' counts in order.
+
+    The shard boundaries depend on the dump and shard_bytes only, so a resumed run writes the
+    same bytes as an uninterrupted one. `pool`: a multiprocessing pool for the wikitext.
+    """
+    done_marker = os.path.join(output_dir, ".counts", f"{prefix}.done.json")
+    done = _completed(output_dir, prefix)
+    if os.path.exists(done_marker):
+        return done
+    pages_done = done[-1]["pages_end"] if done else 0
+    writer = _ShardWriter(output_dir, prefix, shard_bytes, len(done), os.path.basename(path))
+    convert = pool.map if pool is not None else lambda f, xs: list(map(f, xs))
+    size = PAGES_PER_WORKER_BATCH * (pool._processes if pool is not None else 1)
+    try:
+        for batch in _batches(enumerate(iter_dump(path)), size):
+            batch = [(i, page) for i, page in batch if i >= pages_done]
+            for (i, _), sentences in zip(batch, convert(article_sentences, [p for _, p in batch]),
+                                         strict=True):
+                if sentences:
+                    writer.write(sentences, i + 1)
+            if progress is not None:
+                progress.update(len(batch))
+        writer.finish()
+    except BaseException:
+        writer.abandon()
+        raise
+    shards.write_json(done_marker, {"shards": writer.index})
+    return _completed(output_dir, prefix)
+
+
+def dump_prefix(index):
+    return f"wiki{index:03d}"
+
+
+def extract_dumps(dumps, output_dir, shard_bytes, num_workers, progress, rank=0, size=1):
+    """This rank's dumps (every size-th) -> document shards under output_dir.
+    Returns {dump: shard name prefix} for all dumps."""
+    from tqdm import tqdm
+
+    os.makedirs(output_dir, exist_ok=True)
+    prefixes = {path: dump_prefix(i) for i, path in enumerate(dumps)}
+    with tqdm(unit="pages", desc="documents", disable=not progress, file=sys.stderr) as bar:
+        pool = workers.pool(num_workers) if num_workers > 1 else None
+        try:
+            for path in dumps[rank::size]:
+                extract_dump(path, output_dir, prefixes[path], shard_bytes, pool, bar)
+        finally:
+            if pool is not None:
+                pool.terminate()
+    return prefixes
+
+
+# --------------------------------------------------------------------------- command line
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("input_files", None, "Comma-separated dumps or globs: "
+                        "*-pages-articles*.xml, .xml.bz2, .gz or .xz.")
+    flags.DEFINE_string("output_dir", None, "Where the document shards wikiNNN-NNNNN.txt go.")
+    flags.DEFINE_float("shard_mb", 64.0, "Size of a document shard in MB of text.")
+    flags.DEFINE_integer("num_workers", 1, "Worker processes for the wikitext.", lower_bound=1)
+    flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
+    flags.mark_flags_as_required(["input_files", "output_dir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        dumps = expand_patterns(FLAGS.input_files)
+        check_writable(FLAGS.output_dir, "output_dir")
+        with workers.interruptible():
+            extract_dumps(dumps, FLAGS.output_dir, FLAGS.shard_mb * 1e6, FLAGS.num_workers,
+                          FLAGS.progress)
+    except (InputDataError, OutputDirError) as e:
+        print(f"wikipedia: error: {e}", file=sys.stderr)
+        return 2
+    except workers.Interrupted as e:
+        print(f"wikipedia: {e}: finished shards are kept; rerun the same command to continue",
+              file=sys.stderr)
+        return 128 + e.signum
+    names = sorted(glob.glob(os.path.join(glob.escape(FLAGS.output_dir), "wiki*-*.txt")))
+    print(f"{len(dumps)} dump(s) -> {len(names)} document shard(s) under {FLAGS.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
