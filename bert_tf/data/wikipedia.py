@@ -62,6 +62,8 @@ _LEFTOVER_MARKUP = ("{{", "}}", "[[", "]]", "{|", "|}", "<ref", "</", "/>")
 # Brackets emptied by a removed template: "Paris ()" -> "Paris", "( ; born" -> "(born".
 _EMPTY_BRACKETS = re.compile(r"\s*\(\s*[,;]?\s*\)")
 _BRACKET_SEPARATOR = re.compile(r"\(\s*[,;]\s*")
+# Bold/italic quotes the parser left unpaired (''Iliad'''s): an odd run keeps one apostrophe.
+_QUOTES = re.compile(r"'{2,}")
 _SPACES = re.compile(r"[ \t\u00a0\u2009\u200b]+")
 
 
@@ -84,8 +86,8 @@ def iter_pages(stream, path):
                        element.findtext(f"{ns}revision/{ns}text") or "")
                 root.clear()
     except ET.ParseError as e:
-        raise WikipediaError(f"{path} is not a MediaWiki XML dump ({e}); pass "
-                             "*-pages-articles*.xml[.bz2] files") from e
+        raise WikipediaError(f"{path} is not a complete MediaWiki XML dump ({e}): truncated "
+                             "(download it again) or not *-pages-articles*.xml[.bz2]") from e
     except (OSError, EOFError) as e:
         raise WikipediaError(f"{path} is corrupt or truncated ({e}); download it again") from e
 
@@ -254,7 +256,8 @@ def wikitext_to_paragraphs(wikitext):
     """Wikitext of an article -> list of prose paragraphs."""
     paragraphs = []
     for line in wikitext_to_prose(wikitext).split("\n"):
-        line = _BRACKET_SEPARATOR.sub("(", _EMPTY_BRACKETS.sub("", _SPACES.sub(" ", line))).strip()
+        line = _QUOTES.sub(lambda m: "'" * (len(m.group()) % 2), _SPACES.sub(" ", line))
+        line = _BRACKET_SEPARATOR.sub("(", _EMPTY_BRACKETS.sub("", line)).strip()
         if not line or any(mark in line for mark in _LEFTOVER_MARKUP):
             continue
         if line[0] in "|!":  # rows of a table the parser did not pair up
