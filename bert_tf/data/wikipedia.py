@@ -61,7 +61,7 @@ _HIDDEN_LINK = re.compile(r"(file|image|media|category|datei|bild|kategorie|фа
 _LEFTOVER_MARKUP = ("{{", "}}", "[[", "]]", "{|", "|}", "<ref", "</", "/>")
 # Brackets emptied by a removed template: "Paris ()" -> "Paris", "( ; born" -> "(born".
 _EMPTY_BRACKETS = re.compile(r"\s*\(\s*[,;]?\s*\)")
-_BRACKET_SEPARATOR = re.compile(r"\(\s*[,;]\s*")
+_BRACKET_SEPARATOR = re.compile(r"\(\s*[,;]?\s*")
 # Bold/italic quotes the parser left unpaired (''Iliad'''s): an odd run keeps one apostrophe.
 _QUOTES = re.compile(r"'{2,}")
 _SPACES = re.compile(r"[ \t\u00a0\u2009\u200b]+")
