@@ -10,7 +10,6 @@ import time
 
 import pytest
 from conftest import PYTHON, REPO, run_command
-
 from test_wikipedia import ENGLISH
 
 FLAGS = ["--shard_mb=0.04", "--dupe_factor=1", "--phases=128:20,256:40", "--noprogress"]
