@@ -27,7 +27,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 from absl import app, flags
-from mwparserfromhell.parser import Parser
+from mwparserfromhell.parser import Parser, tokens
 
 from bert_tf.data import shards, workers
 from bert_tf.data.files import (
@@ -139,10 +139,18 @@ class _Walker:
 
     def text(self, token):
         top = self.stack[-1]
-        if top.kind == "tag" and top.state == "head" and not top.name:
-            top.name = token.text.strip().lower()
-        else:
-            self.append(token.text)
+        if top.state == "body":  # the common case, kept short: most tokens are text
+            if len(self.stack) > 1 or self.skip_level is None:
+                top.out.append(token["text"])
+        elif top.kind == "tag" and top.state == "head" and not top.name:
+            top.name = token["text"].strip().lower()
+
+    def hide(self, kind):
+        self.stack.append(_Frame(kind, visible=False))
+
+    def unhide(self, kind):
+        if len(self.stack) > 1 and self.stack[-1].kind == kind:
+            self.stack.pop()
 
     def link_separator(self, token):
         top = self.stack[-1]
@@ -199,14 +207,6 @@ class _Walker:
         elif visible:
             self.append("".join(top.out))
 
-    def handle(self, token):
-        kind = type(token).__name__
-        if kind in _HIDDEN_OPEN:
-            self.push(_HIDDEN_OPEN[kind], visible=False)
-        elif kind in _HIDDEN_CLOSE:
-            self.stack.pop() if self.stack[-1].kind == _HIDDEN_CLOSE[kind] else None
-        elif kind in _DISPATCH:
-            _DISPATCH[kind](self, token)
 
 
 def _tag_selfclose(walker, token):
@@ -217,11 +217,13 @@ def _entity_prefix(walker, token):
     walker.stack[-1].name += "#" if type(token).__name__ == "HTMLEntityNumeric" else "x"
 
 
-_HIDDEN_OPEN = {"TemplateOpen": "template", "ArgumentOpen": "argument",
-                "CommentStart": "comment"}
-_HIDDEN_CLOSE = {"TemplateClose": "template", "ArgumentClose": "argument",
-                 "CommentEnd": "comment"}
-_DISPATCH = {
+_DISPATCH = {  # token class name -> handler(walker, token); other tokens change nothing
+    "TemplateOpen": lambda w, t: w.hide("template"),
+    "TemplateClose": lambda w, t: w.unhide("template"),
+    "ArgumentOpen": lambda w, t: w.hide("argument"),
+    "ArgumentClose": lambda w, t: w.unhide("argument"),
+    "CommentStart": lambda w, t: w.hide("comment"),
+    "CommentEnd": lambda w, t: w.unhide("comment"),
     "Text": _Walker.text,
     "WikilinkOpen": lambda w, t: w.push("link"),
     "WikilinkSeparator": _Walker.link_separator,
@@ -241,14 +243,19 @@ _DISPATCH = {
     "TagCloseClose": _Walker.tag_close,
     "TagCloseSelfclose": _tag_selfclose,
 }
+# Keyed by class (a dict lookup per token, not a name lookup).
+_HANDLERS = {getattr(tokens, name): handler for name, handler in _DISPATCH.items()}
 _TOKENIZER = Parser()._tokenizer
 
 
 def wikitext_to_prose(wikitext):
     """Wikitext -> plain text, paragraphs separated by newlines (not yet cleaned up)."""
     walker = _Walker()
+    handlers = _HANDLERS
     for token in _TOKENIZER.tokenize(wikitext, 0, False):
-        walker.handle(token)
+        handler = handlers.get(token.__class__)
+        if handler is not None:
+            handler(walker, token)
     return "".join(walker.stack[0].out)
 
 
