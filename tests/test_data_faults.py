@@ -48,7 +48,7 @@ def test_signal_stops_workers_and_removes_temporaries(books, vocab, tmp_path, si
     assert process.returncode == 128 + signum
     assert f"interrupted by {signal.Signals(signum).name}" in stderr
     assert "temporary files removed" in stderr
-    _assert_gone(workers)
+    assert_gone(workers)
     assert os.listdir(out) == []
 
 
@@ -63,7 +63,8 @@ def _wait_for_workers(process, out, timeout=300):
     raise AssertionError("the workers did not start writing")
 
 
-def _assert_gone(processes, timeout=30):
+def assert_gone(processes, timeout=30):
+    """The processes (psutil) end within `timeout` seconds: they do not outlive their parent."""
     deadline = time.time() + timeout
     alive = processes
     while alive and time.time() < deadline:
@@ -82,7 +83,7 @@ def test_sigkill_of_parent_kills_workers(books, vocab, tmp_path):
     workers = _wait_for_workers(process, out)
     process.kill()
     process.wait()
-    _assert_gone(workers)
+    assert_gone(workers)
     # What the killed parent could not remove: parts that the next run overwrites.
     assert all(name.endswith(".tmp") for name in os.listdir(out))
 

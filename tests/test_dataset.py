@@ -8,8 +8,10 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 from conftest import PYTHON, REPO, run_command
+from test_data_faults import assert_gone
 from test_wikipedia import ENGLISH
 
 FLAGS = ["--shard_mb=0.04", "--dupe_factor=1", "--phases=128:20,256:40", "--noprogress"]
@@ -109,30 +111,10 @@ def test_killed_and_rerun_gives_identical_records(reference, small_dump, vocab, 
     while not first.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert process.poll() is None, "the run ended before it could be killed"
-    children = _children(process.pid)
+    children = psutil.Process(process.pid).children(recursive=True)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (out / "phase2_seq256/part-00000.tfrecord").exists()
-    _wait_gone(children)
+    assert_gone(children)
     run_command(command(small_dump, vocab, out, "--num_workers=2"))
     assert outputs(out) == expected
-
-
-def _children(pid):
-    import psutil
-
-    return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-
-
-def _wait_gone(pids, timeout=30):
-    """The workers (children of the forkserver, which exits with the parent) die too."""
-    import psutil
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"processes {alive} outlived their killed parent")
