@@ -42,8 +42,16 @@ MARKUP = ("{{", "[[", "|}", "<ref", "&nbsp;")
 
 
 def synthetic_dump(path, repeat):
-    """The slice's pages `repeat` times (titles and page ids made unique) -> .xml.bz2.
-    Returns the uncompressed XML size in bytes."""
+    """The slice's pages `repeat` times (titles made unique) -> .xml.bz2; returns the XML size
+    in bytes. Made in a child process: the measured commands are forked from this one, and a
+    fork's peak RSS starts at its parent's."""
+    code = (f"import sys; sys.path.insert(0, {str(REPO / 'bench')!r}); import wikipedia; "
+            f"print(wikipedia.write_synthetic_dump({str(path)!r}, {repeat}))")
+    return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                              text=True).stdout)
+
+
+def write_synthetic_dump(path, repeat):
     raw = bz2.open(SLICE).read().decode("utf-8")
     start, end = raw.index("  <page>"), raw.rindex("</page>") + len("</page>")
     pages = raw[start:end]

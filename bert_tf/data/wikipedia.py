@@ -64,6 +64,8 @@ _EMPTY_BRACKETS = re.compile(r"\s*\(\s*[,;]?\s*\)")
 _BRACKET_SEPARATOR = re.compile(r"\(\s*[,;]?\s*")
 # Bold/italic quotes the parser left unpaired (''Iliad'''s): an odd run keeps one apostrophe.
 _QUOTES = re.compile(r"'{2,}")
+_REFS_AND_COMMENTS = re.compile(r"<ref(?:\s[^>]*)?/>|<ref(?:\s[^>]*)?>.*?</ref\s*>|<!--.*?-->",
+                                re.DOTALL | re.IGNORECASE)
 _SPACES = re.compile(r"[ \t\u00a0\u2009\u200b]+")
 
 
@@ -261,15 +263,17 @@ def wikitext_to_prose(wikitext):
 
 def wikitext_to_paragraphs(wikitext):
     """Wikitext of an article -> list of prose paragraphs."""
+    # <ref>s and comments hold a third of an article's markup (citation templates) and are
+    # never prose: cutting them out first saves a third of the tokens (bench/wikipedia.py).
+    text = wikitext_to_prose(_REFS_AND_COMMENTS.sub("", wikitext))
+    text = _QUOTES.sub(lambda m: "'" * (len(m.group()) % 2), _SPACES.sub(" ", text))
+    text = _BRACKET_SEPARATOR.sub("(", _EMPTY_BRACKETS.sub("", text))
     paragraphs = []
-    for line in wikitext_to_prose(wikitext).split("\n"):
-        line = _QUOTES.sub(lambda m: "'" * (len(m.group()) % 2), _SPACES.sub(" ", line))
-        line = _BRACKET_SEPARATOR.sub("(", _EMPTY_BRACKETS.sub("", line)).strip()
-        if not line or any(mark in line for mark in _LEFTOVER_MARKUP):
-            continue
-        if line[0] in "|!":  # rows of a table the parser did not pair up
-            continue
-        paragraphs.append(line)
+    for line in text.split("\n"):
+        line = line.strip()
+        # Dropped: empty lines, rows of a table the parser did not pair up, unpaired markup.
+        if line and line[0] not in "|!" and not any(m in line for m in _LEFTOVER_MARKUP):
+            paragraphs.append(line)
     return paragraphs
 
 
