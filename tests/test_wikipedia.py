@@ -83,9 +83,10 @@ def test_utf16_dump_is_decoded(shared_data, tmp_path):
                           "--noprogress"])
     assert "1 dump(s)" in result.stdout
     text = "".join(p.read_text(encoding="utf-8") for p in tmp_path.glob("wiki000-*.txt"))
-    if text:  # namespace-0 articles of the slice, if any, are Cyrillic prose
-        assert any("\u0400" <= c <= "\u04ff" for c in text)
-        assert "\ufffd" not in text
+    # One namespace-0 article (two project pages are skipped), decoded to Cyrillic prose.
+    assert text.startswith("Григорианският календар (понякога наричан и Грегориански календар")
+    assert text.count("\n\n") == 1 and len(text.split("\n")) > 50
+    assert "\ufffd" not in text
 
 
 def test_not_a_dump_is_refused(tmp_path):
