@@ -9,12 +9,13 @@ dump, so that start-up costs are amortised as they are on a 20 GB dump.
    -b 100M` as NVIDIA's bertPrep.py runs it, no sentence splitting), in its own venv outside
    the repo (bench/setup_peers.sh wikiextractor). CPU seconds (user+sys of the process tree)
    give MB of XML per CPU-second, i.e. per core; cleanliness is leftover markup per MB of text.
-2. End to end: `python -m bert_tf prepare_dataset --phases=128:20 --num_workers=1` (dump ->
-   documents -> phase-1 TFRecords with NVIDIA's dupe factor 5): MB of XML per CPU-second and
+2. End to end: `python -m bert_tf prepare_dataset --num_workers=1`, phase 1 only
+   (--phases=128:20) and both phases (NVIDIA's dupe factor 5): MB of XML per CPU-second and
    peak RSS, and the projection to full English Wikipedia (--full_xml_gb, about 20 GB of XML)
    on one --cores_per_node node and on --nodes nodes, assuming the per-core rate holds (the
-   work is per shard and independent; a single-file dump extracts on one rank, so split it
-   into NVIDIA's 27 pages-articlesN files to use several nodes in stage 1).
+   work is per shard and independent). Also the serial part: streaming one dump file (bz2 and
+   XML parsing) bounds stage 1 of a single-file dump, whatever the core count; NVIDIA's 27
+   pages-articlesN files spread it over ranks.
 
     python bench/wikipedia.py [--repeat 4] [--cores_per_node 64] [--nodes 8]
 """
@@ -128,22 +129,36 @@ def main():
         extraction = markdown_table(
             ["extraction", "XML MB/s per core", "CPU s", "wall s", "peak RSS MiB", "text MB",
              *(f"`{m}`/MB" for m in MARKUP)], rows)
-        wall, cpu, rss, _ = run_measured(
-            [python, "-m", "bert_tf", "prepare_dataset", f"--input_files={dump}",
-             f"--output_dir={work / 'dataset'}", f"--vocab_file={args.vocab_file}",
-             "--phases=128:20", "--num_workers=1", "--noprogress"], env=env)
-        rate = xml_mb / cpu
-        node_hours = args.full_xml_gb * 1e3 / rate / args.cores_per_node / 3600
-        record["end_to_end_phase1"] = {
-            "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": rss, "xml_mb_per_cpu_s": rate,
-            "projection_hours_one_node": node_hours,
-            "projection_hours_nodes": node_hours / args.nodes}
+        rows = []
+        for phases in ("128:20", "128:20,512:80"):
+            wall, cpu, rss, _ = run_measured(
+                [python, "-m", "bert_tf", "prepare_dataset", f"--input_files={dump}",
+                 f"--output_dir={work / phases}", f"--vocab_file={args.vocab_file}",
+                 f"--phases={phases}", "--num_workers=1", "--noprogress"], env=env)
+            rate = xml_mb / cpu
+            node_hours = args.full_xml_gb * 1e3 / rate / args.cores_per_node / 3600
+            record[f"end_to_end_{phases}"] = {
+                "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": rss, "xml_mb_per_cpu_s": rate,
+                "projection_hours_one_node": node_hours,
+                "projection_hours_nodes": node_hours / args.nodes}
+            rows.append([f"prepare_dataset --phases={phases} (dupe 5)", rate, cpu, rss,
+                         f"{node_hours:.2f} h", f"{node_hours / args.nodes:.3f} h"])
         end_to_end = markdown_table(
-            ["dump -> phase-1 TFRecords", "XML MB/s per core", "CPU s", "peak RSS MiB",
+            ["dump -> TFRecords", "XML MB/s per core", "CPU s", "peak RSS MiB",
              f"{args.full_xml_gb:g} GB on 1x{args.cores_per_node} cores",
-             f"on {args.nodes}x{args.cores_per_node}"],
-            [["prepare_dataset (dupe 5, seq 128/20)", rate, cpu, rss, f"{node_hours:.2f} h",
-              f"{node_hours / args.nodes:.2f} h"]])
+             f"on {args.nodes}x{args.cores_per_node}"], rows)
+        started = os.times()
+        code = ("import sys; from bert_tf.data import wikipedia as w; "
+                "print(sum(1 for _ in w.iter_dump(sys.argv[1])))")
+        subprocess.run([python, "-c", code, dump], env=env, check=True, capture_output=True)
+        ended = os.times()
+        stream_cpu = (ended.children_user + ended.children_system
+                      - started.children_user - started.children_system)
+        record["dump_streaming_mb_per_cpu_s"] = xml_mb / stream_cpu
+        end_to_end += (f"\n\nStreaming one dump (bz2 + XML parse, serial per dump file): "
+                       f"{xml_mb / stream_cpu:.1f} MB/s (a single-file dump's stage 1 is bound by "
+                       f"it: {args.full_xml_gb * 1e3 / (xml_mb / stream_cpu) / 3600:.2f} h for "
+                       f"{args.full_xml_gb:g} GB).")
     markdown = (f"Synthetic dump: the 206-page English slice x{args.repeat} = {xml_mb:.1f} MB "
                 f"of XML; load average at start {record['load'][0]:.1f}.\n\n"
                 f"{extraction}\n\n{end_to_end}\n")
