@@ -355,12 +355,14 @@ class _ShardWriter:
             os.remove(self.file.name)
 
 
-def extract_dump(path, output_dir, prefix, shard_bytes, pool=None, progress=None):
+def extract_dump(path, output_dir, prefix, shard_bytes, pool=None, progress=None,
+                 batch_pages=PAGES_PER_WORKER_BATCH):
     """Streams one dump into document shards PREFIX-NNNNN.txt under output_dir, continuing
     after the shards a previous (killed) run finished. Returns the shards' counts in order.
 
     The shard boundaries depend on the dump and shard_bytes only, so a resumed run writes the
-    same bytes as an uninterrupted one. `pool`: a multiprocessing pool for the wikitext.
+    same bytes as an uninterrupted one. `pool`: a multiprocessing pool for the wikitext, fed
+    `batch_pages` pages at a time.
     """
     done_marker = os.path.join(output_dir, ".counts", f"{prefix}.done.json")
     done = _completed(output_dir, prefix)
@@ -369,9 +371,8 @@ def extract_dump(path, output_dir, prefix, shard_bytes, pool=None, progress=None
     pages_done = done[-1]["pages_end"] if done else 0
     writer = _ShardWriter(output_dir, prefix, shard_bytes, len(done), os.path.basename(path))
     convert = pool.map if pool is not None else lambda f, xs: list(map(f, xs))
-    size = PAGES_PER_WORKER_BATCH * (pool._processes if pool is not None else 1)
     try:
-        for batch in _batches(enumerate(iter_dump(path)), size):
+        for batch in _batches(enumerate(iter_dump(path)), batch_pages):
             batch = [(i, page) for i, page in batch if i >= pages_done]
             for (i, _), sentences in zip(batch, convert(article_sentences, [p for _, p in batch]),
                                          strict=True):
@@ -402,7 +403,8 @@ def extract_dumps(dumps, output_dir, shard_bytes, num_workers, progress, rank=0,
         pool = workers.pool(num_workers) if num_workers > 1 else None
         try:
             for path in dumps[rank::size]:
-                extract_dump(path, output_dir, prefixes[path], shard_bytes, pool, bar)
+                extract_dump(path, output_dir, prefixes[path], shard_bytes, pool, bar,
+                             PAGES_PER_WORKER_BATCH * num_workers)
         finally:
             if pool is not None:
                 pool.terminate()
