@@ -6,7 +6,7 @@ import sys
 
 from absl import app, flags
 
-from bert_tf.data import pretraining_data
+from bert_tf.data import pretraining_data, workers
 
 flags.DEFINE_string("input_file", None,
                     "Input text file(s): comma-separated list of files or globs. Each file is one "
@@ -48,12 +48,17 @@ def main(argv):
         dupe_factor=FLAGS.dupe_factor, do_whole_word_mask=FLAGS.do_whole_word_mask,
         random_seed=FLAGS.random_seed, dynamic_masking=FLAGS.dynamic_masking)
     try:
-        summary = pretraining_data.create_pretraining_data(
-            FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file, FLAGS.do_lower_case, config,
-            num_workers=FLAGS.num_workers, progress=FLAGS.progress)
+        with workers.interruptible():
+            summary = pretraining_data.create_pretraining_data(
+                FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file, FLAGS.do_lower_case,
+                config, num_workers=FLAGS.num_workers, progress=FLAGS.progress)
     except (pretraining_data.PretrainingDataError, VocabError) as e:
         print(f"create_pretraining_data: error: {e}", file=sys.stderr)
         return 2
+    except workers.Interrupted as e:
+        print(f"create_pretraining_data: {e}: workers stopped, temporary files removed, no "
+              "output written; rerun the command to start again", file=sys.stderr)
+        return 128 + e.signum
     if summary is not None:
         print(pretraining_data.format_summary(summary))
     return 0

@@ -18,12 +18,13 @@ import common  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 PARTS = {"compare_train": BENCH / "compare_train.py", "create_data": BENCH / "create_data.py",
-         "train_step": BENCH / "train_step.py"}
+         "train_step": BENCH / "train_step.py", "wikipedia": BENCH / "wikipedia.py"}
 # What --quick passes to each part for a smoke run.
 QUICK_ARGS = {"compare_train": ["--quick"],
               "create_data": ["--dupe_factor", "1", "--reference_lines", "500", "--repeats", "1"],
               "train_step": ["--shapes", "small", "--small_batch_size", "4", "--warmup", "1",
-                             "--repeats", "1"]}
+                             "--repeats", "1"],
+              "wikipedia": ["--repeat", "1"]}
 
 
 def main():

@@ -14,6 +14,9 @@ import bert_tf
 
 COMMANDS = {
     "format_text": ("bert_tf.data.format_text", "raw text -> one sentence per line, shards"),
+    "wikipedia": ("bert_tf.data.wikipedia", "Wikipedia XML dumps -> documents, shards"),
+    "prepare_dataset": ("bert_tf.data.dataset",
+                        "dumps/text -> phase-1 and phase-2 TFRecords, resumable"),
     "build_vocab": ("bert_tf.data.build_vocab", "learn a WordPiece vocab"),
     "convert": ("bert_tf.tools.convert", "Hugging Face <-> Google-format checkpoints"),
     "doctor": ("bert_tf.tools.doctor", "preflight the machine and a training recipe"),

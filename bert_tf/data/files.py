@@ -1,7 +1,12 @@
 """Finding input files: comma-separated globs, local or on TensorFlow's file systems."""
 
+import bz2
+import codecs
 import glob
+import gzip
+import lzma
 import os
+import tempfile
 
 
 class InputDataError(ValueError):
@@ -30,3 +35,61 @@ def expand_patterns(input_patterns):
         raise InputDataError(f"no input files match {', '.join(empty) or input_patterns!r}; "
                              "check the input file pattern(s) (comma-separated globs)")
     return sorted(set(files))
+
+
+class OutputDirError(RuntimeError):
+    """An output directory cannot be created or written."""
+
+
+def check_writable(directory, flag):
+    """Creates `directory` if needed and proves a file can be written there; the error names
+    --flag (the one rule for every command that writes output)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise OutputDirError(f"--{flag}={directory} is not writable ({e.strerror}); choose a "
+                             "directory you can write to") from None
+
+
+# Compressed inputs are read transparently, by file name (what the corpora users download are).
+_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+# Input with more undecodable bytes than this share (and this count, so that a short text with a
+# stray byte passes with a warning) is refused: it is binary, compressed or not UTF-8/16.
+MAX_REPLACED_SHARE = 0.01
+MAX_REPLACED_BYTES = 64
+
+
+def open_input(path):
+    """Opens a local or compressed (.gz/.bz2/.xz by suffix) file for binary streaming reads."""
+    opener = _OPENERS.get(os.path.splitext(str(path))[1].lower(), open)
+    try:
+        return opener(path, "rb")
+    except OSError as e:
+        raise InputDataError(f"cannot read input file {path}: {e.strerror or e}") from e
+
+
+def read_bytes(path):
+    """The whole (decompressed) content of an input file."""
+    with open_input(path) as f:
+        try:
+            return f.read()
+        except (OSError, EOFError, lzma.LZMAError) as e:
+            raise InputDataError(f"input file {path} is corrupt or truncated ({e}); "
+                                 "download or decompress it again") from e
+
+
+def decode_text(raw, path):
+    """UTF-8 (or UTF-16 with a byte-order mark) -> (text, count of undecodable bytes replaced
+    by U+FFFD). Refuses input that is mostly undecodable (binary, or another encoding)."""
+    if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        return raw.decode("utf-16", errors="replace"), 0
+    text = raw.decode("utf-8-sig" if raw[:3] == codecs.BOM_UTF8 else "utf-8", errors="replace")
+    replaced = text.count("\ufffd") - raw.count("\ufffd".encode())
+    if replaced > max(MAX_REPLACED_SHARE * len(raw), MAX_REPLACED_BYTES):
+        raise InputDataError(
+            f"input file {path} is not text: {replaced / len(raw):.1%} of its bytes are not "
+            "UTF-8 (binary or compressed data, or another encoding); convert it to UTF-8, or "
+            "name a compressed file by its suffix (.gz, .bz2, .xz)")
+    return text, replaced

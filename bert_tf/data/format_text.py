@@ -20,7 +20,14 @@ import sys
 import blingfire
 from absl import app, flags
 
-from bert_tf.data.files import InputDataError, expand_patterns
+from bert_tf.data.files import (
+    InputDataError,
+    OutputDirError,
+    check_writable,
+    decode_text,
+    expand_patterns,
+    read_bytes,
+)
 
 # Characters between which a line break is not a word break (CJK ideographs, kana, CJK
 # punctuation and full-width forms).
@@ -66,14 +73,12 @@ def split_sentences(text):
 
 
 def read_text(path, stats):
-    """Decodes UTF-8, replacing (and counting) undecodable bytes."""
+    """Decodes UTF-8 (or UTF-16 with a byte-order mark; .gz/.bz2/.xz read transparently),
+    replacing (and counting) a few undecodable bytes; mostly undecodable input is refused."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise FormatTextError(f"cannot read input file {path}: {e.strerror}") from e
-    text = raw.decode("utf-8", errors="replace")
-    replaced = text.count("\ufffd") - raw.count("\ufffd".encode())
+        text, replaced = decode_text(read_bytes(path), path)
+    except InputDataError as e:
+        raise FormatTextError(str(e)) from e
     if replaced:
         stats["replaced_bytes"] += replaced
         print(f"format_text: warning: {path}: {replaced} undecodable byte(s) replaced by U+FFFD "
@@ -118,9 +123,9 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
     if num_shards < 1:
         raise FormatTextError(f"--num_shards={num_shards} must be at least 1")
     try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as e:
-        raise FormatTextError(f"--output_dir {output_dir}: cannot create it ({e.strerror})") from e
+        check_writable(output_dir, "output_dir")
+    except OutputDirError as e:
+        raise FormatTextError(str(e)) from e
     names = [os.path.join(output_dir, f"part-{i:05d}-of-{num_shards:05d}.txt")
              for i in range(num_shards)]
     stats = {"files": 0, "documents": 0, "sentences": 0, "replaced_bytes": 0}

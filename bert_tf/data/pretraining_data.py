@@ -26,7 +26,15 @@ import time
 
 import numpy as np
 
-from bert_tf.data.files import expand_patterns
+from bert_tf.data import workers
+from bert_tf.data.files import (
+    InputDataError,
+    OutputDirError,
+    check_writable,
+    decode_text,
+    expand_patterns,
+    read_bytes,
+)
 from bert_tf.data.records import feature_lengths, num_to_predict, serialize_examples
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
@@ -75,13 +83,12 @@ def read_documents(path, tokenizer, stats):
     """Tokenizes one input file -> (flat token ids, sentence [start, end) offsets into them,
     document [first, last+1) sentence ranges). Undecodable bytes are replaced and counted."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise PretrainingDataError(f"cannot read input file {path}: {e.strerror}") from e
-    stats["input_bytes"] += len(raw)
-    text = raw.decode("utf-8", errors="replace")
-    stats["replaced_bytes"] += text.count("\ufffd") - raw.count("\ufffd".encode())
+        raw = read_bytes(path)
+        text, replaced = decode_text(raw, path)
+    except InputDataError as e:
+        raise PretrainingDataError(str(e)) from e
+    stats["input_bytes"] += os.path.getsize(path)  # on disk (compressed), as the progress bar
+    stats["replaced_bytes"] += replaced
     lines = [line.strip() for line in text.split("\n")]
     del raw, text
     nonblank = [line for line in lines if line]
@@ -372,18 +379,12 @@ def _part_path(output_path, shard_index):
 def check_output_dirs(output_files):
     for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in output_files}):
         try:
-            os.makedirs(directory, exist_ok=True)
-            probe = os.path.join(directory, f".write-test-{os.getpid()}")
-            with open(probe, "w"):
-                pass
-            os.remove(probe)
-        except OSError as e:
-            raise PretrainingDataError(
-                f"output directory {directory} is not writable ({e.strerror}); choose another "
-                "--output_file location or fix its permissions") from e
+            check_writable(directory, "output_file")
+        except OutputDirError as e:
+            raise PretrainingDataError(str(e)) from e
 
 
-def _mpi_comm():
+def mpi_comm():
     """The MPI world communicator when launched by mpirun with more than one rank, else None."""
     size_vars = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE")
     if not any(int(os.environ.get(v, "1")) > 1 for v in size_vars):
@@ -405,16 +406,8 @@ def _run_shard(job):
     return process_shard(*job)
 
 
-def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
-                            config=InstanceConfig(), num_workers=1, progress=True):
-    """The whole run: validates, spreads input shards over MPI ranks and worker processes,
-    writes outputs under temporary names and renames them when all are complete. Returns the
-    summary dict (on MPI rank 0 the totals; other ranks return None)."""
-    from bert_tf.data.tokenization import load_vocab
-
-    config.validate()
-    if num_workers < 1:
-        raise PretrainingDataError(f"--num_workers={num_workers} must be at least 1")
+def _input_files(input_file):
+    """--input_file -> the list of input files, none of them empty."""
     try:
         input_files = expand_patterns(input_file)
     except ValueError as e:
@@ -422,6 +415,16 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     for path in input_files:
         if os.path.getsize(path) == 0:
             raise PretrainingDataError(f"input file {path} is empty; remove it from --input_file")
+    return input_files
+
+
+def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config):
+    """Validates the flags -> (input files, output files, process_shard jobs, parts of each
+    output in input order)."""
+    from bert_tf.data.tokenization import load_vocab
+
+    config.validate()
+    input_files = _input_files(input_file)
     load_vocab(vocab_file)  # fail early on a bad vocab
     outputs = resolve_output_files(output_file, len(input_files))
     if not outputs:
@@ -430,14 +433,47 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     targets = assign_parts(len(input_files), len(outputs))
     jobs = [(i, path, [_part_path(outputs[j], i) for j in targets[i]], vocab_file,
              do_lower_case, config) for i, path in enumerate(input_files)]
+    parts = [[_part_path(output, i) for i in range(len(input_files)) if j in targets[i]]
+             for j, output in enumerate(outputs)]
+    return input_files, outputs, jobs, parts
 
-    comm = _mpi_comm()
+
+def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
+                            config=InstanceConfig(), num_workers=1, progress=True):
+    """The whole run: validates, spreads input shards over MPI ranks and worker processes,
+    writes outputs under temporary names and renames them when all are complete. Returns the
+    summary dict (on MPI rank 0 the totals; other ranks return None)."""
+    if num_workers < 1:
+        raise PretrainingDataError(f"--num_workers={num_workers} must be at least 1")
+    input_files, outputs, jobs, parts = plan_jobs(input_file, output_file, vocab_file,
+                                                  do_lower_case, config)
+    comm = mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
     my_jobs = jobs[rank::size]
     started = time.perf_counter()
+    all_stats = _run_everywhere(comm, my_jobs, num_workers, progress and rank == 0,
+                                len(input_files))
+    if rank != 0:
+        comm.barrier()
+        return None
+    try:
+        for output, output_parts in zip(outputs, parts, strict=True):
+            _concatenate(output_parts, output)
+    except BaseException:
+        _remove([p for output_parts in parts for p in output_parts])
+        raise
+    if comm is not None:
+        comm.barrier()
+    total = sum(all_stats, collections.Counter())
+    return summarize(total, time.perf_counter() - started, outputs)
+
+
+def _run_everywhere(comm, my_jobs, num_workers, progress, num_inputs):
+    """Runs this rank's jobs; if any rank failed (or we were interrupted) removes our parts and
+    raises. Returns every rank's statistics on rank 0."""
     stats = collections.Counter()
     try:
-        stats = _run_jobs(my_jobs, num_workers, progress and rank == 0, input_files)
+        stats = run_jobs(my_jobs, num_workers, progress, num_inputs)
         failed = None
     except BaseException as e:  # remove our parts, then re-raise (also on KeyboardInterrupt)
         failed = e
@@ -447,47 +483,40 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     else:
         all_failed, all_stats = [failed is not None], [stats]
     if any(all_failed):
-        for job in my_jobs:
-            for part in job[2]:
-                if os.path.exists(part):
-                    os.remove(part)
+        _remove([part for job in my_jobs for part in job[2]])
         if failed is not None:
             raise failed
         raise PretrainingDataError("another MPI rank failed; see its error")
-    if rank != 0:
-        comm.barrier()
-        return None
-    for j, output in enumerate(outputs):
-        parts = [_part_path(output, i) for i in range(len(input_files)) if j in targets[i]]
-        _concatenate(parts, output)
-    if comm is not None:
-        comm.barrier()
-    total = sum(all_stats, collections.Counter())
-    return summarize(total, time.perf_counter() - started, outputs)
+    return all_stats
 
 
-def _run_jobs(jobs, num_workers, progress, input_files):
+def _remove(paths):
+    for path in paths:
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def run_jobs(jobs, num_workers, progress, num_inputs, run=_run_shard, desc=None):
+    """Runs `run(job)` for every job (job[1] is its input file), in `num_workers` processes that
+    die with this one; returns the summed statistics."""
     from tqdm import tqdm
 
     total = collections.Counter()
-    bar = tqdm(total=sum(os.path.getsize(job[1]) for job in jobs), unit="B", unit_scale=True, disable=not progress,
-               desc=f"{len(jobs)} of {len(input_files)} shards", file=sys.stderr)
+    bar = tqdm(total=sum(os.path.getsize(job[1]) for job in jobs), unit="B", unit_scale=True,
+               disable=not progress, file=sys.stderr,
+               desc=f"{desc + ': ' if desc else ''}{len(jobs)} of {num_inputs} shards")
     with bar:
         if num_workers == 1 or len(jobs) <= 1:
-            results = map(_run_shard, jobs)
+            results = map(run, jobs)
             pool = None
         else:
-            import multiprocessing
-
             # A fork of a process that has run TensorFlow ops is not safe, and a spawned worker
             # pays TensorFlow's ~10 CPU-s import each. The forkserver is a fresh process that
             # imports TensorFlow once, runs nothing, and forks every worker from there.
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["tensorflow", "tensorflow_text",
-                                            "bert_tf.data.pretraining_data"])
-            pool = context.Pool(min(num_workers, len(jobs)),
-                                initializer=_single_threaded_tensorflow)
-            results = pool.imap_unordered(_run_shard, jobs)
+            pool = workers.pool(min(num_workers, len(jobs)), _single_threaded_tensorflow,
+                                "forkserver", ["tensorflow", "tensorflow_text",
+                                               "bert_tf.data.pretraining_data"])
+            results = pool.imap_unordered(run, jobs)
         try:
             for stats in results:
                 total += stats
@@ -505,14 +534,17 @@ def _concatenate(parts, output):
         os.replace(parts[0], output)
         return
     temporary = f"{output}.tmp"
-    with open(temporary, "wb") as out:
-        for part in parts:
-            with open(part, "rb") as f:
-                while chunk := f.read(1 << 24):
-                    out.write(chunk)
+    try:
+        with open(temporary, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while chunk := f.read(1 << 24):
+                        out.write(chunk)
+    except BaseException:
+        _remove([temporary])
+        raise
     os.replace(temporary, output)
-    for part in parts:
-        os.remove(part)
+    _remove(parts)
 
 
 def summarize(stats, seconds, outputs):

@@ -7,31 +7,17 @@ every exit path, errors included.
 
 import json
 import os
-import tempfile
 
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
+
+from bert_tf.data.files import OutputDirError, check_writable  # noqa: F401 (re-exported)
 
 # TensorBoard shows a summary as a scalar plot by this metadata (what tf.summary.scalar
 # writes; that one needs the tensorboard package, which tensorflow-cpu does not install).
 SCALAR_SUMMARY = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
 NOT_PLOTTED = ("step", "num_ranks")
-
-
-class OutputDirError(RuntimeError):
-    """--output_dir cannot be written."""
-
-
-def check_writable(directory: str, flag: str) -> None:
-    """Creates `directory` if needed and proves a file can be written there."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise OutputDirError(f"--{flag}={directory} is not writable ({e.strerror}); choose a "
-                             "directory you can write to") from None
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -1,0 +1,318 @@
+"""Wikipedia dumps and/or text shards -> phase-1 and phase-2 pretraining TFRecords, in one
+resumable command:
+
+    python -m bert_tf prepare_dataset --input_files='dumps/enwiki-*-pages-articles*.xml.bz2' \
+        --output_dir=data/enwiki --vocab_file=vocab.txt --num_workers=64
+
+Stages, each with a progress bar:
+1. documents/: every dump (a name containing ".xml") is streamed into document shards of about
+   --shard_mb (so the shard count follows the corpus size); other inputs are taken as they are:
+   text already one sentence per line with blank lines between documents (format_text output).
+2. phase1_seq128/ and phase2_seq512/ (--phases): one TFRecord file per document shard, with
+   create_pretraining_data's algorithm and NVIDIA's settings (dupe factor 5, seq 128 with 20
+   predictions and seq 512 with 80, masked_lm_prob 0.15, seed 12345: the defaults of
+   NVIDIA DeepLearningExamples TensorFlow2/LanguageModeling/BERT/data/bertPrep.py, whose
+   create_datasets_from_start.sh runs it once per phase).
+
+Every shard is written under a temporary name and renamed when complete (bert_tf.data.shards);
+a rerun skips the finished shards and writes the same bytes as an uninterrupted run. manifest.json
+records the inputs, the settings, the vocab's sha256, the counts per shard and the bert_tf version;
+a rerun with other inputs or settings is refused, naming what changed. Under mpirun every rank
+takes every size-th dump and shard (a shared file system is needed); --num_workers processes per
+rank.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+
+from absl import app, flags
+
+import bert_tf
+from bert_tf.data import pretraining_data, shards, wikipedia, workers
+from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
+
+MANIFEST = "manifest.json"
+
+
+class DatasetError(ValueError):
+    """Bad flags or inputs, or an output directory made with other settings."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    input_files: str
+    output_dir: str
+    vocab_file: str
+    do_lower_case: bool = True
+    # (max_seq_length, max_predictions_per_seq) per phase: NVIDIA's phase 1 and phase 2.
+    phases: tuple = ((128, 20), (512, 80))
+    dupe_factor: int = 5
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    do_whole_word_mask: bool = False
+    random_seed: int = 12345
+    shard_mb: float = 64.0
+    num_workers: int = 1
+    progress: bool = True
+
+    def settings(self):
+        """What the output depends on (not where it goes, nor how many processes make it)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("input_files", "output_dir", "vocab_file", "num_workers",
+                             "progress")} | {"phases": [list(p) for p in self.phases]}
+
+    def instance_config(self, max_seq_length, max_predictions_per_seq):
+        return pretraining_data.InstanceConfig(
+            max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+            masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
+            dupe_factor=self.dupe_factor, do_whole_word_mask=self.do_whole_word_mask,
+            random_seed=self.random_seed)
+
+
+def is_dump(path):
+    return ".xml" in os.path.basename(path)
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def expected_manifest(config, input_files):
+    return {
+        "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in input_files],
+        "settings": config.settings(),
+        "vocab_sha256": file_sha256(config.vocab_file),
+    }
+
+
+def check_manifest(output_dir, expected):
+    """Refuses to add to an output directory made from other inputs or settings."""
+    path = os.path.join(output_dir, MANIFEST)
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path} is unreadable ({e}); remove --output_dir={output_dir} "
+                           "to start over") from e
+    changed = [_describe_change(key, found.get(key), value) for key, value in expected.items()
+               if found.get(key) != value]
+    if changed:
+        raise DatasetError(
+            f"--output_dir={output_dir} was made with other inputs or settings: "
+            f"{'; '.join(changed)}. Rerun with the original flags, or choose a new --output_dir "
+            "(mixing them would mix two datasets)")
+
+
+def _describe_change(key, old, new):
+    if key == "settings" and isinstance(old, dict):
+        return ", ".join(f"--{k} was {old.get(k)!r}, now {new[k]!r}" for k in new
+                         if old.get(k) != new[k])
+    if key == "inputs" and isinstance(old, list):
+        return f"the inputs differ (were {len(old)} files, now {len(new)}, or their sizes)"
+    return f"{key} was {old!r}, now {new!r}"
+
+
+def write_manifest(output_dir, expected, stages):
+    shards.write_json(os.path.join(output_dir, MANIFEST),
+                      {**expected, "stages": stages, "bert_tf_version": bert_tf.__version__})
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def document_shards(document_dir, prefixes):
+    """The finished document shards of every dump, in dump order."""
+    paths = []
+    for prefix in prefixes.values():
+        index = 0
+        while shards.is_done(path := wikipedia.shard_path(document_dir, prefix, index)):
+            paths.append(path)
+            index += 1
+    return paths
+
+
+def _phase_job(shard_index, input_path, output_path, vocab_file, do_lower_case, config):
+    """One input shard -> one finished TFRecord file (counts recorded, renamed)."""
+    stats = pretraining_data.process_shard(shard_index, input_path,
+                                           [shards.temporary_path(output_path)], vocab_file,
+                                           do_lower_case, config)
+    counts = {k: stats[k] for k in ("documents", "sentences", "input_tokens", "instances",
+                                    "tokens", "replaced_bytes")}
+    shards.finish(output_path, counts | {"input": os.path.basename(input_path)})
+    return stats
+
+
+def write_phase(inputs, phase_dir, config, instance_config, rank=0, size=1):
+    """Stage 2/3: every input shard not yet done -> PHASE_DIR/part-NNNNN.tfrecord."""
+    os.makedirs(phase_dir, exist_ok=True)
+    outputs = [os.path.join(phase_dir, f"part-{i:05d}.tfrecord") for i in range(len(inputs))]
+    jobs = [(i, path, outputs[i], config.vocab_file, config.do_lower_case, instance_config)
+            for i, path in enumerate(inputs) if not shards.is_done(outputs[i])]
+    pretraining_data.run_jobs(jobs[rank::size], config.num_workers, config.progress and rank == 0,
+                              len(inputs), run=_phase_job_tuple,
+                              desc=os.path.basename(phase_dir))
+    return outputs
+
+
+def _phase_job_tuple(job):
+    return _phase_job(*job)
+
+
+def phase_dir_name(index, max_seq_length):
+    return f"phase{index + 1}_seq{max_seq_length}"
+
+
+# --------------------------------------------------------------------------- the whole job
+
+
+def validate(config):
+    if config.num_workers < 1:
+        raise DatasetError(f"--num_workers={config.num_workers} must be at least 1")
+    if config.shard_mb <= 0:
+        raise DatasetError(f"--shard_mb={config.shard_mb} must be positive")
+    for seq, predictions in config.phases:
+        config.instance_config(seq, predictions).validate()
+    try:
+        input_files = expand_patterns(config.input_files)
+    except InputDataError as e:
+        raise DatasetError(f"--input_files: {e}") from e
+    from bert_tf.data.tokenization import load_vocab
+
+    load_vocab(config.vocab_file)  # fail early on a bad vocab
+    try:
+        check_writable(config.output_dir, "output_dir")
+    except OutputDirError as e:
+        raise DatasetError(str(e)) from e
+    return input_files
+
+
+def prepare_dataset(config):
+    """The whole job; returns the manifest (on MPI rank 0; other ranks return None)."""
+    input_files = validate(config)
+    expected = expected_manifest(config, input_files)
+    check_manifest(config.output_dir, expected)
+    comm = pretraining_data.mpi_comm()
+    rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
+    if rank == 0:
+        write_manifest(config.output_dir, expected, {})
+    document_dir = os.path.join(config.output_dir, "documents")
+    dumps = [p for p in input_files if is_dump(p)]
+    for directory in [document_dir] + [os.path.join(config.output_dir, phase_dir_name(i, s))
+                                       for i, (s, _) in enumerate(config.phases)]:
+        if rank == 0 and os.path.isdir(directory):
+            shards.remove_temporaries(directory)
+    _barrier(comm)
+    prefixes = wikipedia.extract_dumps(dumps, document_dir, config.shard_mb * 1e6, config.num_workers,
+                                 config.progress and rank == 0, rank, size)
+    _barrier(comm)
+    inputs = document_shards(document_dir, prefixes) + [p for p in input_files if not is_dump(p)]
+    stages = {"documents": _stage_counts(inputs)}
+    for index, (seq, predictions) in enumerate(config.phases):
+        phase_dir = os.path.join(config.output_dir, phase_dir_name(index, seq))
+        outputs = write_phase(inputs, phase_dir, config, config.instance_config(seq, predictions),
+                              rank, size)
+        _barrier(comm)
+        stages[os.path.basename(phase_dir)] = _stage_counts(outputs)
+    if rank != 0:
+        return None
+    write_manifest(config.output_dir, expected, stages)
+    return {**expected, "stages": stages}
+
+
+def _barrier(comm):
+    if comm is not None:
+        comm.barrier()
+
+
+def _stage_counts(paths):
+    """{"shards": {name: counts}, "total": summed counts} of finished shards (text inputs that
+    were given as they are have no counts)."""
+    per_shard = {os.path.basename(p): (shards.read_counts(p) if shards.is_done(p) else {})
+                 for p in paths}
+    total = collections.Counter()
+    for counts in per_shard.values():
+        total.update({k: v for k, v in counts.items() if isinstance(v, int)})
+    return {"shards": per_shard, "total": dict(total)}
+
+
+# --------------------------------------------------------------------------- command line
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("input_files", None, "Comma-separated files or globs: Wikipedia dumps "
+                        "(*.xml, *.xml.bz2, ...) and/or sentence-per-line text shards.")
+    flags.DEFINE_string("output_dir", None, "Where documents/, phase*/ and manifest.json go.")
+    flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary file.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabs).")
+    flags.DEFINE_list("phases", ["128:20", "512:80"],
+                      "max_seq_length:max_predictions_per_seq per phase (NVIDIA's 2 phases).")
+    flags.DEFINE_integer("dupe_factor", 5, "Passes over the data with different masks (NVIDIA).")
+    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
+    flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words.")
+    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+    flags.DEFINE_float("shard_mb", 64.0, "Size of a document shard (the unit of parallel work "
+                       "and of memory use): the shard count follows the corpus size.")
+    flags.DEFINE_integer("num_workers", 1, "Worker processes on this machine.")
+    flags.DEFINE_bool("progress", True, "Show a progress bar per stage on stderr.")
+    flags.mark_flags_as_required(["input_files", "output_dir", "vocab_file"])
+
+
+def parse_phases(values):
+    try:
+        return tuple(tuple(int(x) for x in v.split(":")) for v in values)
+    except ValueError:
+        raise DatasetError(f"--phases={','.join(values)}: use max_seq_length:max_predictions "
+                           "pairs such as 128:20,512:80") from None
+
+
+def config_from_flags():
+    return DatasetConfig(
+        input_files=FLAGS.input_files, output_dir=FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case, phases=parse_phases(FLAGS.phases),
+        dupe_factor=FLAGS.dupe_factor, masked_lm_prob=FLAGS.masked_lm_prob,
+        short_seq_prob=FLAGS.short_seq_prob, do_whole_word_mask=FLAGS.do_whole_word_mask,
+        random_seed=FLAGS.random_seed, shard_mb=FLAGS.shard_mb, num_workers=FLAGS.num_workers,
+        progress=FLAGS.progress)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from bert_tf.data.tokenization import VocabError
+
+    try:
+        with workers.interruptible():
+            manifest = prepare_dataset(config_from_flags())
+    except (DatasetError, InputDataError, pretraining_data.PretrainingDataError, VocabError) as e:
+        print(f"prepare_dataset: error: {e}", file=sys.stderr)
+        return 2
+    except workers.Interrupted as e:
+        print(f"prepare_dataset: {e}: finished shards are kept; rerun the same command to "
+              "continue", file=sys.stderr)
+        return 128 + e.signum
+    if manifest is not None:
+        for stage, counts in manifest["stages"].items():
+            print(f"{stage}: {len(counts['shards'])} shards, {counts['total']}")
+        print(f"manifest: {os.path.join(FLAGS.output_dir, MANIFEST)}")
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

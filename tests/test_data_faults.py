@@ -1,0 +1,135 @@
+"""Faults of data jobs (issue 19 items 4 and 8): an interrupted create_pretraining_data.py
+stops its workers and removes its temporary files; compressed input is read transparently and
+binary input is refused, naming the file and the share."""
+
+import bz2
+import gzip
+import lzma
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+from conftest import PYTHON, REPO, run_command
+
+from bert_tf.data import pretraining_data as pdata
+from bert_tf.data.files import InputDataError, decode_text
+from bert_tf.data.format_text import FormatTextError, format_files
+
+
+@pytest.fixture(scope="module")
+def vocab(shared_data):
+    return shared_data / "vocab/bert-base-uncased.txt"
+
+
+@pytest.fixture(scope="module")
+def books(shared_data, tmp_path_factory):
+    """Two Gutenberg books as sentence-per-line shards (~1 MB, several seconds each to encode)."""
+    directory = tmp_path_factory.mktemp("books")
+    format_files([shared_data / "corpora/gutenberg/austen-persuasion.txt",
+                  shared_data / "corpora/gutenberg/chesterton-brown.txt"], directory, num_shards=2)
+    return sorted(directory.glob("part-*.txt"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_workers_and_removes_temporaries(books, vocab, tmp_path, signum):
+    out = tmp_path / "records"
+    process = subprocess.Popen(
+        [PYTHON, REPO / "create_pretraining_data.py", f"--input_file={books[0]},{books[1]}",
+         f"--output_file={out}/part-{{shard}}.tfrecord", f"--vocab_file={vocab}",
+         "--num_workers=2", "--dupe_factor=20", "--noprogress"],
+        cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stderr=subprocess.PIPE,
+        text=True)
+    workers = _wait_for_workers(process, out)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum
+    assert f"interrupted by {signal.Signals(signum).name}" in stderr
+    assert "temporary files removed" in stderr
+    assert_gone(workers)
+    assert os.listdir(out) == []
+
+
+def _wait_for_workers(process, out, timeout=300):
+    """The worker processes, once they are writing their parts."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        if out.is_dir() and len([p for p in os.listdir(out) if p.endswith(".tmp")]) == 2:
+            return psutil.Process(process.pid).children(recursive=True)
+        time.sleep(0.05)
+    raise AssertionError("the workers did not start writing")
+
+
+def assert_gone(processes, timeout=30):
+    """The processes (psutil) end within `timeout` seconds: they do not outlive their parent."""
+    deadline = time.time() + timeout
+    alive = processes
+    while alive and time.time() < deadline:
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    assert not alive, f"workers {alive} outlived their parent"
+
+
+def test_sigkill_of_parent_kills_workers(books, vocab, tmp_path):
+    out = tmp_path / "records"
+    process = subprocess.Popen(
+        [PYTHON, REPO / "create_pretraining_data.py", f"--input_file={books[0]},{books[1]}",
+         f"--output_file={out}/part-{{shard}}.tfrecord", f"--vocab_file={vocab}",
+         "--num_workers=2", "--dupe_factor=20", "--noprogress"],
+        cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stderr=subprocess.DEVNULL)
+    workers = _wait_for_workers(process, out)
+    process.kill()
+    process.wait()
+    assert_gone(workers)
+    # What the killed parent could not remove: parts that the next run overwrites.
+    assert all(name.endswith(".tmp") for name in os.listdir(out))
+
+
+def test_compressed_input_is_read_transparently(books, vocab, tmp_path):
+    plain = books[0].read_bytes()[:60000]
+    (tmp_path / "plain.txt").write_bytes(plain)
+    names = ["plain.txt"]
+    for suffix, compress in ((".bz2", bz2.compress), (".gz", gzip.compress),
+                             (".xz", lzma.compress)):
+        names.append(f"packed.txt{suffix}")
+        (tmp_path / names[-1]).write_bytes(compress(plain))
+    config = pdata.InstanceConfig(dupe_factor=1)
+    for name in names:
+        pdata.create_pretraining_data(str(tmp_path / name), f"{tmp_path / name}.rec", str(vocab),
+                                      config=config, progress=False)
+        stats = format_files([tmp_path / name], tmp_path / f"{name}.formatted")
+        assert stats["sentences"] > 100 and stats["replaced_bytes"] == 0
+    expected = (tmp_path / "plain.txt.rec").read_bytes()
+    expected_text = (tmp_path / "plain.txt.formatted/part-00000-of-00001.txt").read_bytes()
+    assert len(expected) > 10000
+    for name in names[1:]:
+        assert (tmp_path / f"{name}.rec").read_bytes() == expected, name
+        assert (tmp_path / f"{name}.formatted/part-00000-of-00001.txt").read_bytes() == \
+            expected_text
+
+
+def test_binary_input_is_refused(books, vocab, tmp_path):
+    # Compressed bytes under a name that does not say so: what users passed before.
+    binary = tmp_path / "corpus.txt"
+    binary.write_bytes(bz2.compress(books[0].read_bytes()[:100000]))
+    result = run_command([PYTHON, REPO / "create_pretraining_data.py", f"--input_file={binary}",
+                          f"--output_file={tmp_path}/out.tfrecord", f"--vocab_file={vocab}",
+                          "--noprogress"], check=False)
+    assert result.returncode == 2
+    assert f"input file {binary} is not text: " in result.stderr
+    assert "% of its bytes are not UTF-8" in result.stderr
+    assert not list(tmp_path.glob("out.tfrecord*"))
+    with pytest.raises(FormatTextError, match=f"{binary} is not text: [0-9.]+% of its bytes"):
+        format_files([binary], tmp_path / "formatted")
+    assert not list((tmp_path / "formatted").glob("*"))
+
+
+def test_decode_text_rules():
+    assert decode_text("Grüße\n".encode("utf-16"), "x") == ("Grüße\n", 0)
+    assert decode_text(b"\xef\xbb\xbfhello", "x") == ("hello", 0)
+    assert decode_text(b"a stray \xff byte" * 10, "x")[1] == 10  # a few: replaced and counted
+    with pytest.raises(InputDataError, match=r"input file y is not text: 10\.0% of its bytes"):
+        decode_text(b"ten bytes\xff" * 100, "y")
