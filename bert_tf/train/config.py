@@ -3,6 +3,7 @@
 and validate one without parsing flags."""
 
 import dataclasses
+import re
 
 from absl import flags
 
@@ -65,6 +66,8 @@ class PretrainingConfig:
     max_nonfinite_updates: int = 25
     peer_timeout_seconds: float = 900.0
     time_to_train_sequences: float = 256e6
+    # LAMB: variables (regexes) without a trust ratio; () = all have one (NVIDIA TensorFlow).
+    exclude_from_layer_adaptation: tuple[str, ...] = ("LayerNorm", "layer_norm", "bias")
 
     def validate(self) -> None:
         def fail(flag, problem):
@@ -99,10 +102,21 @@ class PretrainingConfig:
             fail("learning_rate", f"must be positive, got {self.learning_rate}")
         if self.weight_decay_rate < 0:
             fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
+        _check_patterns("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation)
         if self.optimizer_type not in OPTIMIZER_TYPES:
             fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
         if self.precision not in PRECISIONS:
             fail("precision", f"must be one of {', '.join(PRECISIONS)}")
+
+
+def _check_patterns(flag: str, patterns) -> None:
+    """Raises PretrainingConfigError naming --flag if a pattern is not a valid regex."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise PretrainingConfigError(
+                f"--{flag}: {pattern!r} is not a regular expression ({e})") from None
 
 
 def define_pretraining_flags() -> None:
@@ -171,6 +185,13 @@ def define_pretraining_flags() -> None:
     flags.DEFINE_float("time_to_train_sequences", d["time_to_train_sequences"].default,
                        "The final summary estimates the time to train on this many sequences "
                        "(default: Google's BERT-base schedule, 1M steps x 256).")
+    flags.DEFINE_list("exclude_from_layer_adaptation",
+                      list(d["exclude_from_layer_adaptation"].default),
+                      "LAMB: comma-separated regexes of the variables that get no trust ratio "
+                      "(default: LayerNorm and bias, as NVIDIA's PyTorch LAMB). Empty "
+                      "(--exclude_from_layer_adaptation=) gives every variable one, as NVIDIA's "
+                      "TensorFlow 1 and 2 LAMB and launch/recipes/. Matched by name, so "
+                      "--weight_decay_rate=0 does not change it.")
 
 
 def pretraining_config_from_flags(flag_values) -> PretrainingConfig:
@@ -179,4 +200,5 @@ def pretraining_config_from_flags(flag_values) -> PretrainingConfig:
         field.name: getattr(flag_values, field.name)
         for field in dataclasses.fields(PretrainingConfig)
     })
+    config.exclude_from_layer_adaptation = tuple(config.exclude_from_layer_adaptation)
     return config

@@ -67,7 +67,8 @@ class PretrainingState(tf.Module):
         self.model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
         self.params = variables_by_name(self.model)
         self.optimizer = optimization.create_optimizer(
-            config.optimizer_type, self.params, config.weight_decay_rate)
+            config.optimizer_type, self.params, config.weight_decay_rate,
+            config.exclude_from_layer_adaptation)
         self.loss_scale = precision.DynamicLossScale(
             enabled=precision.uses_loss_scaling(config.precision, on_gpu))
         # Folded with each micro-batch's input position into its dropout seed.
