@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates the benchmark-only peer venvs OUTSIDE the repo, idempotently:
+# Creates the benchmark-only peer venvs OUTSIDE the repo, idempotently (all, or only those
+# named as arguments: `bench/setup_peers.sh hf`):
 #   $BENCH_VENVS/hf           torch==2.13.0 (CPU build) + transformers
 #   $BENCH_VENVS/modelgarden  tf-models-official==2.20.0 (TF Model Garden)
 # A finished venv is marked by .bench-installed; anything without it is rebuilt.
@@ -41,6 +42,7 @@ make_venv() {  # make_venv NAME CHECK_MODULE PIP_ARGS...  (each PIP_ARGS: one `p
 
 # torch first and pinned: 2.13.0 is the CPU build on this machine's disk; a
 # plain `pip install transformers` then keeps it instead of fetching another.
-make_venv hf transformers "torch==2.13.0" "transformers"
-make_venv modelgarden official "tf-models-official==2.20.0"
+wanted() { [[ $# -eq 0 ]] || [[ " $* " == *" $name "* ]]; }
+name=hf; if wanted "$@"; then make_venv hf transformers "torch==2.13.0" "transformers"; fi
+name=modelgarden; if wanted "$@"; then make_venv modelgarden official "tf-models-official==2.20.0"; fi
 echo "setup_peers: ready ($BENCH_VENVS)"
