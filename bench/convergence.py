@@ -51,6 +51,7 @@ TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-b
 EVAL_BOOKS = ("carroll-alice",)
 ALL_RUNS = ("bert_tf", "bert_tf_2rank", "hf", "bert_tf_trust_all", "hf_trust_all")
 SEQ, PRED = 128, 20
+EVAL_BATCH = 32  # both sides evaluate the same whole batches of this size
 
 
 def parse_args(argv=None):
@@ -138,7 +139,9 @@ def records_to_npz(pattern, path, limit=None):
     import numpy as np
 
     from bert_tf.data import input_pipeline
-    dataset = input_pipeline.pretraining_dataset(pattern, 256, SEQ, PRED, is_training=False)
+    # Batches of EVAL_BATCH drop at most EVAL_BATCH - 1 records (drop_remainder).
+    dataset = input_pipeline.pretraining_dataset(pattern, EVAL_BATCH, SEQ, PRED,
+                                                 is_training=False)
     batches = [{k: v.numpy() for k, v in b.items()} for b in dataset]
     arrays = {k: np.concatenate([b[k] for b in batches])[:limit] for k in batches[0]}
     np.savez(path.with_suffix(".tmp.npz"), **arrays)
@@ -212,37 +215,36 @@ def run_bert_tf(name, args, config_file, init_checkpoint, patterns):
 
 
 def evaluate_checkpoints(out, config_file, init_checkpoint, eval_npz):
-    """[{step, metrics}] for the initial weights and every checkpoint in `out`."""
-    prefixes = sorted(glob.glob(str(out / "model.ckpt-*.index")),
-                      key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
-    prefixes = [init_checkpoint] + [p[:-len(".index")] for p in prefixes]
-    return [{"step": int(p.rsplit("-", 1)[1]), **evaluate_tf(p, config_file, eval_npz)}
-            for p in prefixes]
-
-
-def evaluate_tf(prefix, config_file, eval_npz, batch_size=64):
-    """bert_tf's eval metrics of checkpoint `prefix` on the held-out arrays (dropout off)."""
+    """[{step, metrics}] for the initial weights and every checkpoint in `out`, evaluated by
+    bert_tf's model and pretraining_loss on the held-out arrays (dropout off)."""
     import numpy as np
     import tensorflow as tf
 
     from bert_tf.model import checkpoints, modeling
     from bert_tf.model.config import BertConfig
     model = modeling.BertForPreTraining(BertConfig.from_json_file(str(config_file)))
-    checkpoints.restore(prefix, modeling.variables_by_name(model), require_all=True)
+    variables = modeling.variables_by_name(model)
     data = dict(np.load(eval_npz))
 
-    @tf.function
+    @tf.function(autograph=False)
     def sums_of(features):
         sums = modeling.pretraining_loss(model(features, training=False), features)
         return tf.stack([sums[name] for name in modeling.METRIC_SUMS])
 
-    totals = np.zeros(len(modeling.METRIC_SUMS))
-    for start in range(0, len(data["input_ids"]) - batch_size + 1, batch_size):
-        totals += sums_of({k: tf.constant(v[start:start + batch_size])
-                           for k, v in data.items()}).numpy()
-    metrics = modeling.metrics_from_sums(totals.tolist())
-    return {k: metrics[k] for k in ("masked_lm_loss", "masked_lm_accuracy",
-                                    "next_sentence_loss", "next_sentence_accuracy")}
+    def evaluate(prefix):
+        checkpoints.restore(prefix, variables, require_all=True)
+        totals = np.zeros(len(modeling.METRIC_SUMS))
+        for start in range(0, len(data["input_ids"]) - EVAL_BATCH + 1, EVAL_BATCH):
+            totals += sums_of({k: tf.constant(v[start:start + EVAL_BATCH])
+                               for k, v in data.items()}).numpy()
+        metrics = modeling.metrics_from_sums(totals.tolist())
+        return {k: metrics[k] for k in ("masked_lm_loss", "masked_lm_accuracy",
+                                        "next_sentence_loss", "next_sentence_accuracy")}
+
+    prefixes = sorted(glob.glob(str(out / "model.ckpt-*.index")),
+                      key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    prefixes = [init_checkpoint] + [p[:-len(".index")] for p in prefixes]
+    return [{"step": int(p.rsplit("-", 1)[1]), **evaluate(p)} for p in prefixes]
 
 
 def run_hf(name, args, hf_dir, train_npz, eval_npz):
@@ -252,7 +254,7 @@ def run_hf(name, args, hf_dir, train_npz, eval_npz):
     cmd = [python, BENCH / "peers" / "hf_convergence.py", f"--hf_dir={hf_dir}",
            f"--train_npz={train_npz}", f"--eval_npz={eval_npz}",
            f"--batch_size={args.batch_size}", f"--eval_every={args.eval_every}",
-           f"--seed={args.seed}", f"--threads={args.threads}",
+           f"--seed={args.seed}", f"--threads={args.threads}", f"--eval_batch_size={EVAL_BATCH}",
            *optimizer_flags(args, name.endswith("_trust_all"))]
     log(" ".join(map(str, cmd)))
     start = time.time()
