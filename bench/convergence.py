@@ -369,12 +369,13 @@ def main(argv=None):
         results[name] = {"curve": curve, "seconds": seconds}
         log(f"{name}: {json.dumps(curve[-1])} ({seconds:.0f} s)")
     baseline = unigram_baseline(train_npz, eval_npz)
+    held_out = len(__import__("numpy").load(eval_npz)["input_ids"]) // EVAL_BATCH * EVAL_BATCH
     stem = "convergence" + (f"-{args.tag}" if args.tag else "")
     text = summary(args, results)
     budget = (f"Budget run: {args.num_train_steps} updates x {args.batch_size} sequences, "
               f"L{args.num_layers} H{args.hidden_size} A{args.num_heads}, seq {SEQ}, "
               f"{args.optimizer_type} lr {args.learning_rate} warmup {args.num_warmup_steps}, "
-              f"eval every {args.eval_every} on {args.max_eval_records} held-out records; "
+              f"eval every {args.eval_every} on {held_out} held-out records; "
               f"{time.time() - started:.0f} s in all. Unigram baseline: MLM accuracy "
               f"{baseline['masked_lm_accuracy']:.3f}, loss {baseline['masked_lm_loss']:.2f}.")
     common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
