@@ -255,7 +255,9 @@ def run_hf(name, args, hf_dir, train_npz, eval_npz):
            f"--train_npz={train_npz}", f"--eval_npz={eval_npz}",
            f"--batch_size={args.batch_size}", f"--eval_every={args.eval_every}",
            f"--seed={args.seed}", f"--threads={args.threads}", f"--eval_batch_size={EVAL_BATCH}",
+           f"--curve_file={args.work_dir / 'runs' / f'{name}-{args.tag or 'default'}.json'}",
            *optimizer_flags(args, name.endswith("_trust_all"))]
+    (args.work_dir / "runs").mkdir(parents=True, exist_ok=True)
     log(" ".join(map(str, cmd)))
     start = time.time()
     records = common.run_json(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)),

@@ -50,6 +50,8 @@ def parse_args():
     parser.add_argument("--eval_batch_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--curve_file", default="",
+                        help="also rewrite the curve here after every evaluation")
     return parser.parse_args()
 
 
@@ -193,6 +195,8 @@ def main():
             point = {"step": step + 1, "train_loss": float(loss),
                      **evaluate(torch, model, eval_data, args.eval_batch_size)}
             curve.append(point)
+            if args.curve_file:
+                Path(args.curve_file).write_text(json.dumps(curve))
             print(f"hf step {step + 1}: {json.dumps(point)}", file=sys.stderr, flush=True)
         if not math.isfinite(float(loss)):
             break
