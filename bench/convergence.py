@@ -251,11 +251,12 @@ def run_hf(name, args, hf_dir, train_npz, eval_npz):
     python = BENCH_VENVS / "hf" / "bin" / "python"
     if not python.exists():
         run(["bash", BENCH / "setup_peers.sh", "hf"])
+    curve_file = args.work_dir / "runs" / f"{name}-{args.tag or 'default'}.json"
     cmd = [python, BENCH / "peers" / "hf_convergence.py", f"--hf_dir={hf_dir}",
            f"--train_npz={train_npz}", f"--eval_npz={eval_npz}",
            f"--batch_size={args.batch_size}", f"--eval_every={args.eval_every}",
            f"--seed={args.seed}", f"--threads={args.threads}", f"--eval_batch_size={EVAL_BATCH}",
-           f"--curve_file={args.work_dir / 'runs' / f'{name}-{args.tag or 'default'}.json'}",
+           f"--curve_file={curve_file}",
            *optimizer_flags(args, name.endswith("_trust_all"))]
     (args.work_dir / "runs").mkdir(parents=True, exist_ok=True)
     log(" ".join(map(str, cmd)))
