@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bert_tf-installed
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench convergence venv clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: venv
 
 bench: venv
 	$(PY) bench/run_all.py
+
+# Not part of `make test`: learning curves of bert_tf vs Hugging Face (~30 min on an idle CPU).
+convergence: venv
+	$(PY) bench/convergence.py
 
 clean:
 	rm -rf $(VENV) demo_output bench/results

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Creates the benchmark-only peer venvs OUTSIDE the repo, idempotently:
+# Creates the benchmark-only peer venvs OUTSIDE the repo, idempotently (all, or only those
+# named as arguments: `bench/setup_peers.sh hf`):
 #   $BENCH_VENVS/hf           torch==2.13.0 (CPU build) + transformers
 #   $BENCH_VENVS/modelgarden  tf-models-official==2.20.0 (TF Model Garden)
 #   $BENCH_VENVS/wikiextractor wikiextractor==3.1.0 (bench/wikipedia.py)
-# Arguments name the venvs to make (default: all), e.g. `setup_peers.sh wikiextractor`.
 # A finished venv is marked by .bench-installed; anything without it is rebuilt.
 # Each venv is created under a lock, because the data benchmark creates the
 # Model Garden venv too and both may run at once.
@@ -43,14 +43,8 @@ make_venv() {  # make_venv NAME CHECK_MODULE PIP_ARGS...  (each PIP_ARGS: one `p
 
 # torch first and pinned: 2.13.0 is the CPU build on this machine's disk; a
 # plain `pip install transformers` then keeps it instead of fetching another.
-PEERS=("$@")
-if [[ ${#PEERS[@]} -eq 0 || " ${PEERS[*]} " == *" hf "* ]]; then
-  make_venv hf transformers "torch==2.13.0" "transformers"
-fi
-if [[ ${#PEERS[@]} -eq 0 || " ${PEERS[*]} " == *" modelgarden "* ]]; then
-  make_venv modelgarden official "tf-models-official==2.20.0"
-fi
-if [[ ${#PEERS[@]} -eq 0 || " ${PEERS[*]} " == *" wikiextractor "* ]]; then
-  make_venv wikiextractor wikiextractor "wikiextractor==3.1.0"
-fi
+wanted() { [[ $# -eq 0 ]] || [[ " $* " == *" $name "* ]]; }
+name=hf; if wanted "$@"; then make_venv hf transformers "torch==2.13.0" "transformers"; fi
+name=modelgarden; if wanted "$@"; then make_venv modelgarden official "tf-models-official==2.20.0"; fi
+name=wikiextractor; if wanted "$@"; then make_venv wikiextractor wikiextractor "wikiextractor==3.1.0"; fi
 echo "setup_peers: ready ($BENCH_VENVS)"

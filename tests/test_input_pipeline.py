@@ -4,6 +4,7 @@ masking statistics, over records written by create_pretraining_data."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import PYTHON, REPO, run_command
 
 from bert_tf.data import input_pipeline as ip
 from bert_tf.data import pretraining_data as pdata
@@ -151,3 +152,17 @@ def test_dynamic_masking_statistics(shared_data, tmp_path):
     # Records recur across epochs with fresh masks.
     assert records_seen > 1.5 * num_records
     assert sum(len(masks) > 1 for masks in masks_by_record.values()) > num_records // 2
+
+
+@pytest.mark.parametrize("flags", [["--do_whole_word_mask"], ["--masked_lm_prob=0.2"]])
+def test_dynamic_masking_refuses_masking_flags_it_cannot_honour(shared_data, tmp_path, flags):
+    # DynamicMasking masks single WordPieces at 0.15: these flags would be silently lost.
+    output = tmp_path / "u.tfrecord"
+    result = run_command([PYTHON, REPO / "create_pretraining_data.py", "--input_file",
+                          shared_data / "corpora/gutenberg/blake-poems.txt", "--output_file",
+                          output, "--vocab_file", shared_data / "vocab/bert-base-uncased.txt",
+                          "--dynamic_masking", "--noprogress", *flags], check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "error: --dynamic_masking writes unmasked records" in result.stderr
+    assert flags[0].split("=")[0] + "=" in result.stderr
+    assert not output.exists()

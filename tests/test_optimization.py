@@ -1,10 +1,16 @@
 """LAMB / AdamW updates, weight-decay exclusion, the schedule and clipping."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 from bert_tf.train import optimization
+from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
+
+RECIPES = Path(__file__).resolve().parent.parent / "launch" / "recipes"
 
 
 def _variables():
@@ -67,6 +73,52 @@ def test_lamb_moves_a_zero_initialised_bias_at_full_learning_rate():
     np.testing.assert_allclose(variables["cls/predictions/output_bias"].numpy(), 0.3, rtol=1e-4)
 
 
+def _bert_variables():
+    return {name: tf.Variable(tf.fill([2, 2] if name.endswith("kernel") else [2], 0.5))
+            for name in ("bert/encoder/layer_0/attention/self/query/kernel",
+                         "bert/encoder/layer_0/attention/self/query/bias",
+                         "bert/encoder/layer_0/output/LayerNorm/gamma",
+                         "bert/encoder/layer_0/output/LayerNorm/beta",
+                         "bert/embeddings/word_embeddings",
+                         "cls/predictions/output_bias")}
+
+
+SUFFIXES = ("query/kernel", "query/bias", "LayerNorm/gamma", "LayerNorm/beta", "word_embeddings",
+            "output_bias")
+
+
+@pytest.mark.parametrize("exclude, adapted", [
+    (optimization.EXCLUDE_FROM_LAYER_ADAPTATION, {"query/kernel", "word_embeddings"}),
+    ((), set(SUFFIXES)),  # NVIDIA's TensorFlow LAMB: every variable
+    (("embeddings",), {"query/kernel", "query/bias", "LayerNorm/gamma", "LayerNorm/beta",
+                       "output_bias"}),
+])
+def test_lamb_trust_ratio_goes_to_the_variables_not_excluded(exclude, adapted):
+    variables = _bert_variables()
+    before = {n: v.numpy().copy() for n, v in variables.items()}
+    opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.01,
+                                        exclude_from_layer_adaptation=exclude)
+    grads = [tf.fill(v.shape, 0.1) for v in variables.values()]
+    opt.apply(grads, learning_rate=0.1, step=0)
+    got = set()
+    for name, variable in variables.items():
+        moved = np.linalg.norm(variable.numpy() - before[name])
+        # With a trust ratio a variable moves lr * ||w||; without, the first bias-corrected
+        # step moves each of its n elements by lr (plus decay): lr * sqrt(n) or more.
+        if np.isclose(moved, 0.1 * np.linalg.norm(before[name]), rtol=1e-4):
+            got.update(suffix for suffix in SUFFIXES if name.endswith(suffix))
+    assert got == adapted
+
+
+def test_lamb_trust_ratio_does_not_follow_weight_decay_rate():
+    # Name-based (as NVIDIA's TensorFlow LAMB): a rate of 0 keeps the kernel's trust ratio,
+    # where apex's FusedLAMB would drop it and step like Adam.
+    variables = _bert_variables()
+    opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.0)
+    assert opt.adapted == [n.endswith(("kernel", "word_embeddings")) for n in variables]
+    assert not any(opt.decays)
+
+
 def test_lamb_bias_correction_uses_the_step():
     variables = {"w": tf.Variable([1.0, -1.0, 1.0, -1.0])}
     opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.0)
@@ -104,3 +156,17 @@ def test_clip_by_global_norm():
 def test_unknown_optimizer_is_rejected():
     with pytest.raises(ValueError, match="--optimizer_type"):
         optimization.create_optimizer("sgd", _variables(), 0.01)
+
+
+def test_exclude_from_layer_adaptation_flag_rejects_a_bad_regex(tmp_path):
+    config = PretrainingConfig(bert_config_file="c.json", output_dir=str(tmp_path), do_eval=True,
+                               eval_files="e", exclude_from_layer_adaptation=("bias", "(norm"))
+    with pytest.raises(PretrainingConfigError, match=r"--exclude_from_layer_adaptation: '\(norm'"):
+        config.validate()
+
+
+def test_exclude_from_layer_adaptation_flag_empty_means_every_variable():
+    flag_values = flags.FlagValues()
+    flags.DEFINE_list("exclude_from_layer_adaptation", ["bias"], "", flag_values=flag_values)
+    flag_values(["prog", "--flagfile=" + str(RECIPES / "bert_base_phase1.flags")], known_only=True)
+    assert flag_values.exclude_from_layer_adaptation == []

@@ -87,7 +87,7 @@ def google_tokenize(text, vocab, do_lower_case):
             words.append(current)
     tokens = []
     for word in words:
-        if len(word) > 100:
+        if len(word) > 200:  # Google's max_input_chars_per_word
             tokens.append("[UNK]")
             continue
         pieces, start = [], 0
@@ -117,11 +117,24 @@ def test_matches_google_algorithm(corpus, tokenizer_name, shared_data, request):
     tokenizer = request.getfixturevalue(tokenizer_name)
     lines = (shared_data / "corpora" / corpus).read_text(encoding="utf-8").splitlines()[:3000]
     lines += ["Ünïcödé  naïve café\u00a0x\u200by\x07z", "ᴵᴺᵀᵃ 力加 $5+3^2 `q`", "a" * 101,
-              "x," + "é" * 101 + "力" + "b" * 101 + " " + "c" * 100]
+              "x," + "é" * 101 + "力" + "b" * 101 + " " + "c" * 100,
+              "d" * 150 + " " + "e" * 200 + " " + "f" * 201, "x," + "é" * 201 + "力" + "g" * 199]
     ours = tokenizer.tokenize_batch(lines)
     mismatches = [(line, got) for line, got in zip(lines, ours, strict=True)
                   if got != google_tokenize(line, tokenizer.vocab, tokenizer.do_lower_case)]
     assert not mismatches, mismatches[:3]
+
+
+@pytest.mark.parametrize("length", [101, 150, 200])
+def test_word_of_101_to_200_chars_becomes_word_pieces_as_in_google(uncased, length):
+    # Google's WordpieceTokenizer gives up (one [UNK]) only above 200 characters; Hugging
+    # Face's limit is 100, under which these words would be [UNK].
+    word = "ab" * (length // 2) + "a" * (length % 2)
+    tokens = uncased.tokenize_batch([f"the {word} end", "x" * 201])
+    assert tokens[0][0] == "the" and tokens[0][-1] == "end"
+    assert "[UNK]" not in tokens[0] and len(tokens[0]) > 3
+    assert tokens[0][1:-1] == google_tokenize(word, uncased.vocab, True)
+    assert tokens[1] == ["[UNK]"]
 
 
 def test_vocab_missing_special_token(tmp_path):

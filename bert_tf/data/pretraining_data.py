@@ -74,6 +74,15 @@ class InstanceConfig:
             raise PretrainingDataError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
         if self.dupe_factor < 1:
             raise PretrainingDataError(f"--dupe_factor={self.dupe_factor} must be at least 1")
+        if self.dynamic_masking and (self.do_whole_word_mask or self.masked_lm_prob != 0.15):
+            # The records carry no masks: training chooses them with input_pipeline's
+            # DynamicMasking, which masks single WordPieces at 15%, so these would be ignored.
+            raise PretrainingDataError(
+                "--dynamic_masking writes unmasked records, and run_pretraining.py "
+                "--dynamic_masking masks single WordPieces with probability 0.15: it cannot honour "
+                f"--do_whole_word_mask={self.do_whole_word_mask} / "
+                f"--masked_lm_prob={self.masked_lm_prob}. Drop those flags, or write masked "
+                "records (without --dynamic_masking) to use them")
 
 
 # --------------------------------------------------------------------------- reading + tokenizing

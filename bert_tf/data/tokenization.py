@@ -18,9 +18,11 @@ import unicodedata
 import numpy as np
 
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# Google's WordPiece maps a word longer than this many characters to [UNK]. tensorflow-text
-# counts bytes instead, so it gets 4 bytes per character and such words are replaced beforehand.
-MAX_CHARS_PER_WORD = 100
+# Google's WordPiece maps a word longer than this many characters to [UNK]: 200 in Google's
+# tokenization.py (WordpieceTokenizer's max_input_chars_per_word), which the TFRecords must match
+# (Hugging Face's tokenizers use 100). tensorflow-text counts bytes instead, so it gets 4 bytes
+# per character and such words are replaced beforehand.
+MAX_CHARS_PER_WORD = 200
 # A private-use character: never in a vocab, so the word made of it alone becomes [UNK].
 _UNK_CHAR = "\ue000"
 

@@ -20,7 +20,11 @@ LAYER_NORM_EPSILON = 1e-12
 MASK_ADDER = -10000.0
 
 ACTIVATIONS = {
-    "gelu": lambda x: tf.nn.gelu(x, approximate=False),  # exact erf GELU, as Google's
+    # Exact erf GELU: Google's first release (modeling.py at fe35475) and Hugging Face's "gelu".
+    # Google's modeling.py uses the tanh approximation since bee6030 (Feb 2019); they differ by
+    # at most 4.7e-4. We keep erf deliberately, so converted Hugging Face models reproduce
+    # Hugging Face's outputs (tests/test_convert.py).
+    "gelu": lambda x: tf.nn.gelu(x, approximate=False),
     "relu": tf.nn.relu,
     "tanh": tf.tanh,
     "linear": tf.identity,

@@ -3,6 +3,7 @@
 and validate one without parsing flags."""
 
 import dataclasses
+import re
 
 from absl import flags
 
@@ -67,6 +68,8 @@ class PretrainingConfig:
     max_nonfinite_updates: int = 25
     peer_timeout_seconds: float = 900.0
     time_to_train_sequences: float = 256e6
+    # LAMB: variables (regexes) without a trust ratio; () = all have one (NVIDIA TensorFlow).
+    exclude_from_layer_adaptation: tuple[str, ...] = ("LayerNorm", "layer_norm", "bias")
 
     def validate(self) -> None:
         """Raises PretrainingConfigError naming the first flag that cannot work."""
@@ -108,6 +111,7 @@ class PretrainingConfig:
             _fail("learning_rate", f"must be positive, got {self.learning_rate}")
         if self.weight_decay_rate < 0:
             _fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
+        _check_patterns("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation)
         if self.optimizer_type not in OPTIMIZER_TYPES:
             _fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
         if self.precision not in PRECISIONS:
@@ -116,6 +120,16 @@ class PretrainingConfig:
 
 def _fail(flag, problem):
     raise PretrainingConfigError(f"--{flag} {problem}")
+
+
+def _check_patterns(flag: str, patterns) -> None:
+    """Raises PretrainingConfigError naming --flag if a pattern is not a valid regex."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise PretrainingConfigError(
+                f"--{flag}: {pattern!r} is not a regular expression ({e})") from None
 
 
 def define_pretraining_flags() -> None:
@@ -184,8 +198,17 @@ def define_pretraining_flags() -> None:
     flags.DEFINE_float("time_to_train_sequences", d["time_to_train_sequences"].default,
                        "The final summary estimates the time to train on this many sequences "
                        "(default: Google's BERT-base schedule, 1M steps x 256).")
+    flags.DEFINE_list("exclude_from_layer_adaptation",
+                      list(d["exclude_from_layer_adaptation"].default),
+                      "LAMB: comma-separated regexes of the variables that get no trust ratio "
+                      "(default: LayerNorm and bias, as NVIDIA's PyTorch LAMB). Empty "
+                      "(--exclude_from_layer_adaptation=) gives every variable one, as NVIDIA's "
+                      "TensorFlow 1 and 2 LAMB and launch/recipes/. Matched by name, so "
+                      "--weight_decay_rate=0 does not change it.")
 
 
 def pretraining_config_from_flags(flag_values) -> PretrainingConfig:
     """A PretrainingConfig from parsed absl flags (call .validate() to check it)."""
-    return bert_tf.config_from_flags(PretrainingConfig, flag_values)
+    config = bert_tf.config_from_flags(PretrainingConfig, flag_values)
+    config.exclude_from_layer_adaptation = tuple(config.exclude_from_layer_adaptation)
+    return config

@@ -58,7 +58,8 @@ class PretrainingState(TrainState):
 
     def __init__(self, bert_config: BertConfig, config: PretrainingConfig):
         model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
-        super().__init__(model, config, METRIC_SUMS, name="pretraining")
+        super().__init__(model, config, METRIC_SUMS, name="pretraining",
+                         exclude_from_layer_adaptation=config.exclude_from_layer_adaptation)
 
     def loss_sums(self, features, dropout_seed) -> dict:
         outputs = self.model(features, training=True, dropout_seed=dropout_seed)

@@ -7,17 +7,37 @@ them (`<var>/adam_m`, `<var>/adam_v`):
 - `adamw`: Google BERT's AdamWeightDecayOptimizer (no bias correction).
 - `lamb`: LAMB as in NVIDIA's BERT recipes (bias-corrected Adam direction plus
   weight decay, scaled per variable by the trust ratio ||w|| / ||update||).
-  LayerNorm and bias variables get no trust ratio (apex FusedLAMB skips it for
-  parameters without weight decay, TF-Addons LAMB excludes them by default): a
-  zero-initialised bias would otherwise only ever move by lr * ||bias|| per
-  step, so the masked-LM output bias could never learn the token frequencies.
+  Which variables get no trust ratio is `exclude_from_layer_adaptation`
+  (regexes, run_pretraining's --exclude_from_layer_adaptation):
+  - default `LayerNorm, layer_norm, bias`, as NVIDIA's PyTorch recipe gets it
+    (its FusedLAMB applies the ratio only where weight decay is non-zero, and
+    LayerNorm/bias are in its no-decay group: PyTorch/LanguageModeling/BERT/
+    run_pretraining.py, lamb_amp_opt/csrc/multi_tensor_lamb.cu). Why: a
+    zero-initialised bias with a ratio moves by lr * ||bias|| per step, so the
+    masked-LM output bias could hardly learn the token frequencies.
+  - empty: every variable, as NVIDIA's TensorFlow recipes (TF1 LAMBOptimizer in
+    TensorFlow/LanguageModeling/BERT/optimization.py has no exclusion; TF2
+    passes exclude_from_layer_adaptation=['None'] to TF-Addons LAMB in
+    TensorFlow2/LanguageModeling/BERT/optimization.py, a pattern no variable
+    matches). launch/recipes/ use this.
+  The exclusion goes by name only, so --weight_decay_rate=0 leaves the trust
+  ratio where it was (unlike apex's FusedLAMB, whose ratio follows the decay:
+  there a rate of 0 turns LAMB into bias-corrected Adam).
 
 Schedule (`learning_rate_at`): linear warmup to the peak, then polynomial decay
 to 0 at `num_train_steps`, computed from step 0 exactly as Google's
 `polynomial_decay` is (so there is a small drop at the end of warmup). The
 power is 1.0 for AdamW (Google) and 0.5 for LAMB (NVIDIA's LAMB recipes).
-Gradients are clipped to global norm 1.0 by the caller before `apply`, after
-the allreduce, as both reference implementations do.
+
+Gradients are clipped to global norm 1.0 by the caller before `apply`, once per
+update on the allreduced (global) gradient, as NVIDIA's TensorFlow 2 code does
+(TensorFlow2/LanguageModeling/BERT/official/modeling/model_training_utils.py).
+The references differ here: Google's optimization.py clips before
+CrossShardOptimizer's cross-replica sum, i.e. each TPU core's gradient; NVIDIA's
+TF1 optimization.py with gradient accumulation clips each micro-batch's
+gradient before accumulating it (and before the allreduce). We clip the
+gradient the update applies, so that 1 rank x 2b and 2 ranks x b give the
+same update.
 """
 
 import re
@@ -27,6 +47,8 @@ import tensorflow as tf
 from bert_tf.train.config import OPTIMIZER_TYPES
 
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+# Our default: no LAMB trust ratio for these (NVIDIA PyTorch's behaviour; see the module doc).
+EXCLUDE_FROM_LAYER_ADAPTATION = EXCLUDE_FROM_WEIGHT_DECAY
 CLIP_NORM = 1.0
 
 
@@ -62,15 +84,18 @@ class AdamWeightDecay(tf.Module):
 
     def __init__(self, variables_by_name: dict[str, tf.Variable], *, weight_decay_rate: float,
                  beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
-                 exclude_from_weight_decay=EXCLUDE_FROM_WEIGHT_DECAY, name: str | None = None):
+                 exclude_from_weight_decay=EXCLUDE_FROM_WEIGHT_DECAY,
+                 exclude_from_layer_adaptation=EXCLUDE_FROM_LAYER_ADAPTATION,
+                 name: str | None = None):
         super().__init__(name=name)
         self.names = list(variables_by_name)
         self.params = list(variables_by_name.values())
         self.weight_decay_rate = weight_decay_rate
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
-        self.excluded = [any(re.search(pattern, n) for pattern in exclude_from_weight_decay)
-                         for n in self.names]
-        self.decays = [bool(weight_decay_rate) and not e for e in self.excluded]
+        self.decays = [bool(weight_decay_rate) and not _matches(n, exclude_from_weight_decay)
+                       for n in self.names]
+        # Used by LAMB only: which variables get the trust ratio.
+        self.adapted = [not _matches(n, exclude_from_layer_adaptation) for n in self.names]
         named = list(variables_by_name.items())
         self.m = [_zeros_slot(p, f"{n}/adam_m") for n, p in named]
         self.v = [_zeros_slot(p, f"{n}/adam_v") for n, p in named]
@@ -106,7 +131,7 @@ class AdamWeightDecay(tf.Module):
 class Lamb(AdamWeightDecay):
     """LAMB (You et al. 2019) in the form NVIDIA's BERT recipes use: bias-corrected Adam
     direction plus weight decay, scaled per variable by the trust ratio ||w|| / ||update||
-    (not for LayerNorm and bias). No fused kernel: the ratio needs the update's norm before
+    (not for variables matching exclude_from_layer_adaptation). No fused kernel: the ratio needs the update's norm before
     the update is applied."""
 
     def apply(self, grads, learning_rate, step) -> None:
@@ -115,14 +140,14 @@ class Lamb(AdamWeightDecay):
         t = tf.cast(step, tf.float32) + 1.0
         m_correction = 1.0 - tf.pow(self.beta_1, t)
         v_correction = 1.0 - tf.pow(self.beta_2, t)
-        slots = zip(self.params, self.m, self.v, grads, self.decays, self.excluded, strict=True)
-        for param, m, v, grad, decays, excluded in slots:
+        slots = zip(self.params, self.m, self.v, grads, self.decays, self.adapted, strict=True)
+        for param, m, v, grad, decays, adapted in slots:
             next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
             next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
             update = (next_m / m_correction) / (tf.sqrt(next_v / v_correction) + self.epsilon)
             if decays:
                 update += self.weight_decay_rate * param
-            if not excluded:
+            if adapted:
                 w_norm = tf.norm(param)
                 u_norm = tf.norm(update)
                 update *= tf.where((w_norm > 0.0) & (u_norm > 0.0), w_norm / u_norm, 1.0)
@@ -132,12 +157,32 @@ class Lamb(AdamWeightDecay):
 
 
 def create_optimizer(optimizer_type: str, variables_by_name: dict[str, tf.Variable],
-                     weight_decay_rate: float) -> AdamWeightDecay:
+                     weight_decay_rate: float,
+                     exclude_from_layer_adaptation=EXCLUDE_FROM_LAYER_ADAPTATION
+                     ) -> AdamWeightDecay:
+    """The optimizer of `optimizer_type` over `variables_by_name`.
+
+    Args:
+      optimizer_type: "lamb" or "adamw".
+      variables_by_name: float32 master variables under their checkpoint names.
+      weight_decay_rate: decoupled weight decay (never on LayerNorm and bias).
+      exclude_from_layer_adaptation: regexes of the variables LAMB gives no trust ratio;
+        empty = every variable has one (NVIDIA's TensorFlow LAMB). Unused by adamw.
+
+    Returns:
+      An AdamWeightDecay (or its subclass Lamb).
+    """
     if optimizer_type not in OPTIMIZER_TYPES:
         raise ValueError(
             f"--optimizer_type must be one of {OPTIMIZER_TYPES}, got {optimizer_type!r}")
     cls = Lamb if optimizer_type == "lamb" else AdamWeightDecay
-    return cls(variables_by_name, weight_decay_rate=weight_decay_rate, name="optimizer")
+    return cls(variables_by_name, weight_decay_rate=weight_decay_rate,
+               exclude_from_layer_adaptation=tuple(exclude_from_layer_adaptation),
+               name="optimizer")
+
+
+def _matches(name: str, patterns) -> bool:
+    return any(re.search(pattern, name) for pattern in patterns)
 
 
 def _zeros_slot(param: tf.Variable, name: str) -> tf.Variable:

@@ -35,16 +35,19 @@ class TrainState(tf.Module):
         learning_rate, num_train_steps, num_warmup_steps).
       metric_names: names of the sums `loss_sums` returns, in the order they are allreduced.
       name: the module's name.
+      exclude_from_layer_adaptation: regexes of the variables LAMB gives no trust ratio.
     """
 
-    def __init__(self, model, config, metric_names, name="train_state"):
+    def __init__(self, model, config, metric_names, name="train_state",
+                 exclude_from_layer_adaptation=optimization.EXCLUDE_FROM_LAYER_ADAPTATION):
         super().__init__(name=name)
         self.config = config
         self.metric_names = tuple(metric_names)
         self.model = model
         self.params = variables_by_name(model)
         self.optimizer = optimization.create_optimizer(
-            config.optimizer_type, self.params, config.weight_decay_rate)
+            config.optimizer_type, self.params, config.weight_decay_rate,
+            exclude_from_layer_adaptation)
         self.loss_scale = precision.DynamicLossScale(
             enabled=precision.uses_loss_scaling(config.precision, precision.has_gpu()))
         # Folded with each micro-batch's input position into its dropout seed.
