@@ -95,8 +95,8 @@ class PretrainingConfig:
         if self.dynamic_masking and not self.vocab_file:
             fail("vocab_file", "is required with --dynamic_masking (the vocab the data was made "
                  "with: [MASK] and the random replacement tokens come from it)")
-        if self.learning_rate <= 0:
-            fail("learning_rate", f"must be positive, got {self.learning_rate}")
+        if not 0 < self.learning_rate < float("inf"):  # also refuses nan
+            fail("learning_rate", f"must be a positive finite number, got {self.learning_rate}")
         if self.weight_decay_rate < 0:
             fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
         if self.optimizer_type not in OPTIMIZER_TYPES:
