@@ -35,7 +35,6 @@ from bert_tf.train import distributed, faults, loop
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 
-
 data = test_training.data  # the tiny records and bert_config (a session fixture)
 
 
