@@ -20,9 +20,11 @@ A recipe is a run_pretraining flagfile. Its `# global_batch_size: N` line (or
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 
+import psutil
 from absl import app, flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -243,6 +245,28 @@ def build(passthrough) -> tuple[list[str], str | None]:
     return builders[FLAGS.launcher](passthrough), None
 
 
+def run_forwarding_stop_signals(command) -> int:
+    """Runs `command`; a SIGTERM or SIGINT to this launcher reaches the training processes
+    under it as SIGTERM, so they finish the update, save a checkpoint and exit 0. (horovodrun
+    on a SIGTERM of its own kills its workers after 5 s and exits 1; mpirun ends the job.) The
+    command runs in its own session, so a terminal's Ctrl-C reaches only this launcher."""
+    proc = subprocess.Popen(command, start_new_session=True)
+
+    def forward(signum, frame):
+        print(f"launch: {signal.Signals(signum).name}: asking the training processes to save "
+              "and stop (again to stop at once)", file=sys.stderr, flush=True)
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if "run_pretraining.py" in " ".join(child.cmdline()):
+                    child.terminate()
+            except psutil.NoSuchProcess:
+                pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    return proc.wait()
+
+
 def main(argv):
     passthrough = argv[1:]
     positional = [a for a in passthrough if not a.startswith("--")]
@@ -265,6 +289,8 @@ def main(argv):
     print(shlex.join(command), flush=True)
     if FLAGS.dry_run:
         return 0
+    if FLAGS.launcher in ("horovodrun", "mpirun"):
+        return run_forwarding_stop_signals(command)
     return subprocess.call(command)
 
 

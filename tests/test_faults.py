@@ -15,10 +15,11 @@ import numpy as np
 import psutil
 import pytest
 import test_training
-from conftest import PYTHON, run_command
+from conftest import PYTHON, REPO, run_command
 from test_training import (
     ONE_THREAD,
     TINY_BERT,
+    VENV_BIN,
     _config,
     checkpoint_values,
     horovodrun,
@@ -57,50 +58,73 @@ def _rank_processes(launcher: psutil.Process) -> dict:
 # ------------------------------------------------------------------------- preemption
 
 
-def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint_and_rerun_resumes_exactly(
-        data, tmp_path):
-    """A 2-rank horovodrun; SIGTERM reaches only rank 1 between checkpoints. Every rank
-    stops after the same update, rank 0 saves, the job exits 0 in bounded time; the same
-    command rerun ends with the weights of an uninterrupted run."""
-    reference_dir, victim_dir = tmp_path / "reference", tmp_path / "victim"
+def _signal_mid_run(command, output_dir, send) -> tuple[int, str]:
+    """Starts `command`, calls send(launcher process) once 2 metrics lines are logged (before
+    any checkpoint), and returns its exit status and output; fails if it runs on 120 s."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **ONE_THREAD,
+           "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(a) for a in command], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    metrics = output_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "no metrics within 300 s"
+            time.sleep(0.05)
+        send(psutil.Process(proc.pid))
+        try:
+            output, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the job was still running 120 s after the signal")
+    finally:
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+    return proc.returncode, output
+
+
+def _stopped_step(output_dir, returncode, output) -> int:
+    """The step of the checkpoint a stopped run saved; checks it stopped cleanly, early."""
+    assert returncode == 0, output
+    stopped_at = checkpoints.latest_checkpoint(output_dir)
+    assert stopped_at is not None and not stopped_at.endswith("-12"), output
+    assert json.loads((output_dir / "train_summary.json").read_text())["stopped_by"], output
+    return int(stopped_at.rsplit("-", 1)[1])
+
+
+def test_sigterm_saves_on_every_rank_and_the_rerun_resumes_exactly(data, tmp_path):
+    """2 ranks, SIGTERM between checkpoints: (1) to launch.py running horovodrun (what a
+    scheduler signals): the job saves, exits 0, and the same command rerun ends with an
+    uninterrupted run's weights; (2) to rank 1 only: every rank stops after the same update."""
     flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
+    reference_dir = tmp_path / "reference"
     run_command(mpirun(pretraining_command(data, reference_dir, **flags)), env=ONE_THREAD,
                 timeout=400)
     reference = checkpoint_values(reference_dir / "model.ckpt-12")
 
-    command = horovodrun(pretraining_command(data, victim_dir, **flags))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **ONE_THREAD}
-    victim = subprocess.Popen([str(a) for a in command], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-    metrics = victim_dir / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 300
-        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-            assert victim.poll() is None, victim.stdout.read()
-            assert time.monotonic() < deadline, "no metrics within 300 s"
-            time.sleep(0.05)
-        _rank_processes(psutil.Process(victim.pid))["1"].send_signal(signal.SIGTERM)
-        try:
-            output, _ = victim.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the job was still running 120 s after SIGTERM")
-    finally:
-        if victim.poll() is None:
-            for child in psutil.Process(victim.pid).children(recursive=True):
-                child.kill()
-            victim.kill()
-    assert victim.returncode == 0, output
-    stopped_at = checkpoints.latest_checkpoint(victim_dir)
-    assert stopped_at is not None and not stopped_at.endswith("-12"), output
-    step = int(stopped_at.rsplit("-", 1)[1])
-    assert f"stopped at step {step} by a signal to another rank" in output, output
-    assert json.loads((victim_dir / "train_summary.json").read_text())["stopped_by"]
-
-    proc = run_command(command, env=ONE_THREAD, timeout=400)
-    assert f"resumed from {stopped_at}" in proc.stdout
+    victim_dir = tmp_path / "victim"
+    command = [PYTHON, REPO / "launch" / "launch.py", "--launcher=horovodrun", "--num_gpus=2",
+               "--controller=gloo", f"--python={PYTHON}",
+               *pretraining_command(data, victim_dir, **flags)[2:]]
+    returncode, output = _signal_mid_run(command, victim_dir,
+                                         lambda launcher: launcher.send_signal(signal.SIGTERM))
+    step = _stopped_step(victim_dir, returncode, output)
+    assert f"stopped at step {step} by SIGTERM" in output, output
+    proc = run_command(command, env={**ONE_THREAD, "PATH": f"{VENV_BIN}{os.pathsep}"
+                                                           f"{os.environ['PATH']}"}, timeout=400)
+    assert f"resumed from {victim_dir}/model.ckpt-{step}" in proc.stdout
     resumed = checkpoint_values(victim_dir / "model.ckpt-12")
     for name, value in reference.items():
         np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
+
+    one_rank_dir = tmp_path / "one_rank"
+    returncode, output = _signal_mid_run(
+        horovodrun(pretraining_command(data, one_rank_dir, **flags)), one_rank_dir,
+        lambda launcher: _rank_processes(launcher)["1"].send_signal(signal.SIGTERM))
+    step = _stopped_step(one_rank_dir, returncode, output)
+    assert f"stopped at step {step} by a signal to another rank" in output, output
 
 
 def test_stop_signals_record_the_first_and_exit_on_the_second():
