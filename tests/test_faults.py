@@ -37,6 +37,7 @@ from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 
 data = test_training.data  # the tiny records and bert_config (a session fixture)
+LONG = 900  # seconds a multi-process run may take on a busy shared machine
 
 
 def _truncate(path, size):
@@ -67,10 +68,10 @@ def _signal_mid_run(command, output_dir, send) -> tuple[int, str]:
                             stderr=subprocess.STDOUT, text=True)
     metrics = output_dir / "metrics.jsonl"
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + LONG
         while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
             assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "no metrics within 300 s"
+            assert time.monotonic() < deadline, f"no metrics within {LONG} s"
             time.sleep(0.05)
         send(psutil.Process(proc.pid))
         try:
@@ -94,37 +95,43 @@ def _stopped_step(output_dir, returncode, output) -> int:
     return int(stopped_at.rsplit("-", 1)[1])
 
 
-def test_sigterm_saves_on_every_rank_and_the_rerun_resumes_exactly(data, tmp_path):
-    """2 ranks, SIGTERM between checkpoints: (1) to launch.py running horovodrun (what a
-    scheduler signals): the job saves, exits 0, and the same command rerun ends with an
-    uninterrupted run's weights; (2) to rank 1 only: every rank stops after the same update."""
+def test_sigterm_to_one_rank_stops_every_rank_and_the_rerun_resumes_exactly(data, tmp_path):
+    """2 ranks; SIGTERM reaches only rank 1, between checkpoints. Every rank stops after the
+    same update, rank 0 saves, the job exits 0; the same command rerun ends with the weights
+    of an uninterrupted run."""
     flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
     reference_dir = tmp_path / "reference"
     run_command(mpirun(pretraining_command(data, reference_dir, **flags)), env=ONE_THREAD,
-                timeout=400)
+                timeout=LONG)
     reference = checkpoint_values(reference_dir / "model.ckpt-12")
 
     victim_dir = tmp_path / "victim"
-    command = [PYTHON, REPO / "launch" / "launch.py", "--launcher=horovodrun", "--num_gpus=2",
-               "--controller=gloo", f"--python={PYTHON}",
-               *pretraining_command(data, victim_dir, **flags)[2:]]
-    returncode, output = _signal_mid_run(command, victim_dir,
-                                         lambda launcher: launcher.send_signal(signal.SIGTERM))
+    command = horovodrun(pretraining_command(data, victim_dir, **flags))
+    returncode, output = _signal_mid_run(
+        command, victim_dir,
+        lambda launcher: _rank_processes(launcher)["1"].send_signal(signal.SIGTERM))
     step = _stopped_step(victim_dir, returncode, output)
-    assert f"stopped at step {step} by SIGTERM" in output, output
-    proc = run_command(command, env={**ONE_THREAD, "PATH": f"{VENV_BIN}{os.pathsep}"
-                                                           f"{os.environ['PATH']}"}, timeout=400)
+    assert f"stopped at step {step} by a signal to another rank" in output, output
+
+    proc = run_command(command, env=ONE_THREAD, timeout=LONG)
     assert f"resumed from {victim_dir}/model.ckpt-{step}" in proc.stdout
     resumed = checkpoint_values(victim_dir / "model.ckpt-12")
     for name, value in reference.items():
         np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
 
-    one_rank_dir = tmp_path / "one_rank"
-    returncode, output = _signal_mid_run(
-        horovodrun(pretraining_command(data, one_rank_dir, **flags)), one_rank_dir,
-        lambda launcher: _rank_processes(launcher)["1"].send_signal(signal.SIGTERM))
-    step = _stopped_step(one_rank_dir, returncode, output)
-    assert f"stopped at step {step} by a signal to another rank" in output, output
+
+def test_sigterm_to_launch_py_reaches_the_training_process_which_saves(data, tmp_path):
+    """What a scheduler signals is the launcher; horovodrun itself would kill its workers 5 s
+    after a SIGTERM and exit 1. launch.py passes it on: the run saves and all exit 0."""
+    output_dir = tmp_path / "out"
+    flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
+    command = [PYTHON, REPO / "launch" / "launch.py", "--launcher=horovodrun", "--num_gpus=1",
+               "--controller=gloo", f"--python={PYTHON}",
+               *pretraining_command(data, output_dir, **flags)[2:]]
+    returncode, output = _signal_mid_run(command, output_dir,
+                                         lambda launcher: launcher.send_signal(signal.SIGTERM))
+    step = _stopped_step(output_dir, returncode, output)
+    assert f"stopped at step {step} by SIGTERM" in output, output
 
 
 def test_stop_signals_record_the_first_and_exit_on_the_second():
@@ -234,7 +241,7 @@ def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
     output_dir = tmp_path / "out"
     run_command(mpirun(pretraining_command(data, output_dir, num_train_steps=4,
                                            save_checkpoints_steps=2)),
-                env=ONE_THREAD, timeout=400)
+                env=ONE_THREAD, timeout=LONG)
     before = checkpoint_values(output_dir / "model.ckpt-4")
     assert list(before[loop.RUN_LAYOUT]) == [2, 8, 1]
     assert before[loop.INPUT_POSITION] == 4
