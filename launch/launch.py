@@ -245,6 +245,19 @@ def build(passthrough) -> tuple[list[str], str | None]:
     return builders[FLAGS.launcher](passthrough), None
 
 
+def _training_processes(root: psutil.Process) -> list:
+    """run_pretraining.py processes under `root`: the innermost ones, not the shells that
+    horovodrun starts them with (a signalled shell exits 143 and fails the job)."""
+    def is_training(process):
+        try:
+            return "run_pretraining.py" in " ".join(process.cmdline())
+        except psutil.NoSuchProcess:
+            return False
+
+    found = [p for p in root.children(recursive=True) if is_training(p)]
+    return [p for p in found if not any(is_training(c) for c in p.children())]
+
+
 def run_forwarding_stop_signals(command) -> int:
     """Runs `command`; a SIGTERM or SIGINT to this launcher reaches the training processes
     under it as SIGTERM, so they finish the update, save a checkpoint and exit 0. (horovodrun
@@ -255,12 +268,8 @@ def run_forwarding_stop_signals(command) -> int:
     def forward(signum, frame):
         print(f"launch: {signal.Signals(signum).name}: asking the training processes to save "
               "and stop (again to stop at once)", file=sys.stderr, flush=True)
-        for child in psutil.Process(proc.pid).children(recursive=True):
-            try:
-                if "run_pretraining.py" in " ".join(child.cmdline()):
-                    child.terminate()
-            except psutil.NoSuchProcess:
-                pass
+        for child in _training_processes(psutil.Process(proc.pid)):
+            child.terminate()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
