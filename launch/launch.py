@@ -21,9 +21,11 @@ import dataclasses
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 
+import psutil
 from absl import app, flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -285,6 +287,37 @@ def build(config: LaunchConfig) -> tuple[list[str], str | None]:
     return builders[config.launcher](config), None
 
 
+def _training_processes(root: psutil.Process) -> list:
+    """run_pretraining.py processes under `root`: the innermost ones, not the shells that
+    horovodrun starts them with (a signalled shell exits 143 and fails the job)."""
+    def is_training(process):
+        try:
+            return "run_pretraining.py" in " ".join(process.cmdline())
+        except psutil.NoSuchProcess:
+            return False
+
+    found = [p for p in root.children(recursive=True) if is_training(p)]
+    return [p for p in found if not any(is_training(c) for c in p.children())]
+
+
+def run_forwarding_stop_signals(command) -> int:
+    """Runs `command`; a SIGTERM or SIGINT to this launcher reaches the training processes
+    under it as SIGTERM, so they finish the update, save a checkpoint and exit 0. (horovodrun
+    on a SIGTERM of its own kills its workers after 5 s and exits 1; mpirun ends the job.) The
+    command runs in its own session, so a terminal's Ctrl-C reaches only this launcher."""
+    proc = subprocess.Popen(command, start_new_session=True)
+
+    def forward(signum, frame):
+        print(f"launch: {signal.Signals(signum).name}: asking the training processes to save "
+              "and stop (again to stop at once)", file=sys.stderr, flush=True)
+        for child in _training_processes(psutil.Process(proc.pid)):
+            child.terminate()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    return proc.wait()
+
+
 def main(argv):
     training_flags = argv[1:]
     positional = [a for a in training_flags if not a.startswith("--")]
@@ -313,6 +346,8 @@ def launch(config: LaunchConfig) -> int:
     print(shlex.join(command), flush=True)
     if config.dry_run:
         return 0
+    if FLAGS.launcher in ("horovodrun", "mpirun"):
+        return run_forwarding_stop_signals(command)
     return subprocess.call(command)
 
 

@@ -177,3 +177,37 @@ def test_our_checkpoint_restores_with_tf1_saver(tmp_path):
         tf.compat.v1.train.Saver(graph_vars).restore(session, prefix)
         for name, value in session.run(graph_vars).items():
             np.testing.assert_array_equal(value, saved[name])
+
+
+def test_truncated_checkpoint_is_corrupt_and_set_aside_changes_nothing_else(tmp_path):
+    variables = {"w": tf.Variable(tf.range(50_000, dtype=tf.float32))}
+    for step in (1, 2):
+        save_checkpoint(variables, tmp_path, step)
+    data = tmp_path / "model.ckpt-2.data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(1000)
+    variables["w"].assign(tf.zeros([50_000]))
+    with pytest.raises(checkpoints.CheckpointCorruptError,
+                       match=f"checkpoint {tmp_path}/model.ckpt-2 is corrupt"):
+        restore(tmp_path / "model.ckpt-2", variables)
+    assert not variables["w"].numpy().any()  # nothing assigned from the bad checkpoint
+
+    renamed = checkpoints.set_aside(str(tmp_path / "model.ckpt-2"))
+    assert sorted(os.path.basename(p) for p in renamed) == [
+        "model.ckpt-2.data-00000-of-00001.corrupt", "model.ckpt-2.index.corrupt"]
+    assert checkpoints.listed_checkpoints(tmp_path) == [str(tmp_path / "model.ckpt-1")]
+    restore(tmp_path, variables)
+    assert variables["w"].numpy()[-1] == 49_999
+
+
+def test_stale_temporaries_of_our_naming_only_are_removed(tmp_path):
+    save_checkpoint({"w": tf.Variable(1.0)}, tmp_path, 1)
+    ours = [".tmp-" + "a" * 32 + "-model.ckpt-3.data-00000-of-00001.tempstate99",
+            ".tmp-" + "a" * 32 + "-model.ckpt-3.index", "checkpoint.tmp-" + "b" * 32]
+    others = [".tmp-mine", "model.ckpt-3.notes", ".hidden"]
+    for name in ours + others:
+        (tmp_path / name).write_text("x")
+    removed = checkpoints.remove_stale_temporaries(tmp_path)
+    assert sorted(os.path.basename(p) for p in removed) == sorted(ours)
+    assert all((tmp_path / name).exists() for name in others)
+    assert checkpoints.latest_checkpoint(tmp_path).endswith("model.ckpt-1")

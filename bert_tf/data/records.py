@@ -4,6 +4,9 @@ The one contract between the data writer (pretraining_data.py) and every reader
 (input_pipeline.py, training): feature names, dtypes and lengths live here and nowhere else.
 """
 
+import os
+import struct
+
 import numpy as np
 
 from bert_tf.data.files import InputDataError
@@ -150,6 +153,9 @@ def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=
     expected = feature_lengths(max_seq_length, max_predictions_per_seq)
     nonempty = []
     for path in files:
+        offset = truncated_at(path)
+        if offset is not None:
+            raise InputDataError(truncation_message(path, offset, flag))
         records = list(tf.data.TFRecordDataset(path).take(RECORDS_CHECKED_PER_FILE)
                        .as_numpy_iterator())
         for record in records:
@@ -160,6 +166,38 @@ def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=
     if not nonempty:
         raise InputDataError(f"--{flag}: all {len(files)} file(s) are empty, e.g. {files[0]}")
     return nonempty
+
+
+def truncated_at(path):
+    """Byte offset of a record cut short at the end of a TFRecord file, else None.
+
+    Follows the 12-byte record headers (length, length CRC) with seeks, so it reads about
+    12 bytes per record, not the data: a file cut by an interrupted copy or a full disk
+    ends inside a record."""
+    import tensorflow as tf
+
+    size = tf.io.gfile.stat(path).length
+    opener = open if "://" not in path else tf.io.gfile.GFile  # local files: plain, faster
+    offset = 0
+    with opener(path, "rb") as f:
+        while offset < size:
+            f.seek(offset)
+            header = f.read(12)
+            if len(header) < 12:
+                return offset
+            (length,) = struct.unpack("<Q", header[:8])
+            if offset + 16 + length > size:
+                return offset
+            offset += 16 + length
+    return None
+
+
+def truncation_message(path, offset, flag):
+    """What a user reads about a truncated TFRecord file."""
+    return (f"--{flag}: {path} is truncated: its record at byte {offset} runs past the end of "
+            f"the file ({os.path.getsize(path) if os.path.exists(path) else '?'} bytes), as an "
+            "interrupted copy or a full disk leaves it; copy or create that file again, or "
+            f"leave it out of --{flag}")
 
 
 def _check_example(feature, path, flag, expected, vocab_size, masked):

@@ -3,12 +3,16 @@
 Files are `model.ckpt-STEP.index` / `.data-00000-of-00001` plus the `checkpoint`
 state file, so tf.train.load_checkpoint, tf.train.latest_checkpoint and Google's
 or NVIDIA's BERT code read them, and Google's released `bert_model.ckpt` loads
-here by name. Saving is atomic: tensors go to a temporary prefix that is renamed
-into place (index last), then the state file is replaced.
+here by name. Saving is atomic: tensors go to a temporary prefix (`.tmp-HEX-model.ckpt-STEP`),
+are read back (TensorFlow checks each tensor's CRC32C), then renamed into place (index last);
+then the state file is replaced. A checkpoint that fails to read on restore raises
+CheckpointCorruptError; `set_aside` renames it to `*.corrupt` so the next-newest is used.
 """
 
+import glob
 import logging
 import os
+import re
 import uuid
 from typing import NamedTuple
 
@@ -18,10 +22,23 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "checkpoint"
 PREFIX_BASENAME = "model.ckpt"
+CORRUPT_SUFFIX = ".corrupt"
+# What save_checkpoint and _write_state_file leave behind when killed mid-write.
+_TEMPORARY = re.compile(rf"^(\.tmp-[0-9a-f]{{32}}-{re.escape(PREFIX_BASENAME)}-\d+\..*"
+                        rf"|{STATE_FILE}\.tmp-[0-9a-f]{{32}})$")
 
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be found, read or used."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A checkpoint whose files are unreadable (truncated, bad checksum)."""
+
+    def __init__(self, prefix, detail):
+        super().__init__(f"checkpoint {prefix} is corrupt ({detail.strip()}): its files "
+                         f"{prefix}.index / {prefix}.data-* cannot be read back")
+        self.prefix = prefix
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -74,6 +91,54 @@ def _listed_checkpoints(directory):
             for p in state.all_model_checkpoint_paths]
 
 
+def listed_checkpoints(directory):
+    """Prefixes listed in directory/checkpoint whose index exists, newest first."""
+    return [p for p in reversed(_listed_checkpoints(os.fspath(directory)))
+            if tf.io.gfile.exists(f"{p}.index")]
+
+
+def set_aside(prefix):
+    """Renames a corrupt checkpoint's files to `*.corrupt` and drops it from the state file,
+    so it is never picked again; returns the new names."""
+    directory = os.path.dirname(prefix)
+    renamed = []
+    for path in _checkpoint_files(prefix):
+        tf.io.gfile.rename(path, path + CORRUPT_SUFFIX, overwrite=True)
+        renamed.append(path + CORRUPT_SUFFIX)
+    kept = [p for p in _listed_checkpoints(directory) if p != prefix]
+    if kept:
+        _write_state_file(directory, kept)
+    else:
+        _remove_files([os.path.join(directory, STATE_FILE)])
+    return renamed
+
+
+def remove_stale_temporaries(directory):
+    """Removes the partial files a save killed mid-write left in `directory` (only names of
+    our own temporaries); returns their paths. Call only while no other save can run there."""
+    stale = [path for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), ".*"))
+             + glob.glob(os.path.join(glob.escape(os.fspath(directory)), f"{STATE_FILE}.tmp-*"))
+             if _TEMPORARY.match(os.path.basename(path))]
+    _remove_files(stale)
+    return sorted(stale)
+
+
+def checkpoint_tensor(prefix, name):
+    """The value of tensor `name` in checkpoint `prefix`, or None if it has none."""
+    reader = tf.train.load_checkpoint(prefix)
+    return reader.get_tensor(name) if reader.has_tensor(name) else None
+
+
+def _verify(prefix):
+    """Reads back every tensor, one at a time (each read checks its stored CRC32C)."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointCorruptError(prefix, str(e)) from None
+
+
 def save_checkpoint(tensors_by_name, directory, step, keep_max=None):
     """Writes `directory/model.ckpt-STEP` holding every (name, tensor/variable).
 
@@ -99,6 +164,7 @@ def save_checkpoint(tensors_by_name, directory, step, keep_max=None):
         tf.raw_ops.SaveV2(
             prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
             tensors=[tf.convert_to_tensor(tensors_by_name[n]) for n in names])
+        _verify(tmp_prefix)
         # Data first, index last: the index is what marks a checkpoint as present.
         renames = [(f, prefix + f[len(tmp_prefix):])
                    for f in tf.io.gfile.glob(f"{tmp_prefix}.data-*")]
@@ -111,6 +177,10 @@ def save_checkpoint(tensors_by_name, directory, step, keep_max=None):
         _write_state_file(directory, kept)
     except BaseException as e:
         _remove_files(moved)
+        if isinstance(e, CheckpointCorruptError):
+            raise CheckpointError(f"writing checkpoint {prefix} failed: what was written does "
+                                  f"not read back ({e}); earlier checkpoints are unchanged"
+                                  ) from None
         if isinstance(e, tf.errors.OpError):
             raise CheckpointError(f"writing checkpoint {prefix} failed: {e.message}; "
                                   "earlier checkpoints are unchanged") from None
@@ -150,7 +220,7 @@ def restore(ckpt, variables_by_name, require_all=False) -> RestoreReport:
     try:
         reader = tf.train.load_checkpoint(prefix)
     except (tf.errors.OpError, ValueError) as e:
-        raise CheckpointError(f"cannot read checkpoint {prefix}: {e}") from None
+        raise CheckpointCorruptError(prefix, str(e)) from None
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
 
@@ -175,9 +245,12 @@ def restore(ckpt, variables_by_name, require_all=False) -> RestoreReport:
             f"checkpoint {prefix} lacks {len(missing)} variable(s) needed to resume exactly: "
             f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     if loaded:
-        values = tf.raw_ops.RestoreV2(
-            prefix=prefix, tensor_names=loaded, shape_and_slices=[""] * len(loaded),
-            dtypes=[dtypes[n] for n in loaded])
+        try:  # reads everything before assigning anything
+            values = tf.raw_ops.RestoreV2(
+                prefix=prefix, tensor_names=loaded, shape_and_slices=[""] * len(loaded),
+                dtypes=[dtypes[n] for n in loaded])
+        except tf.errors.OpError as e:
+            raise CheckpointCorruptError(prefix, e.message) from None
         for name, value in zip(loaded, values, strict=True):
             variable = variables_by_name[name]
             variable.assign(tf.cast(value, variable.dtype))

@@ -6,6 +6,9 @@ import os
 import tempfile
 
 ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
+# Keys a bert_config.json must have: a default here would silently change the model's shape.
+REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                   "intermediate_size")
 
 
 class BertConfigError(ValueError):
@@ -72,8 +75,11 @@ class BertConfig:
             raise BertConfigError(
                 f"{source}: unknown field(s) {', '.join(unknown)}; known fields: "
                 f"{', '.join(sorted(known))}")
-        if "vocab_size" not in d:
-            raise BertConfigError(f"{source}: field 'vocab_size' is required")
+        missing = [name for name in REQUIRED_FIELDS if name not in d]
+        if missing:
+            raise BertConfigError(
+                f"{source}: field(s) {', '.join(repr(m) for m in missing)} missing; they are "
+                "required (the model's shape has no sensible default): add them")
         config = cls.__new__(cls)
         for f in dataclasses.fields(cls):
             value = d.get(f.name, f.default)
@@ -106,6 +112,7 @@ class BertConfig:
         directory = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".bert_config.", suffix=".tmp", dir=directory)
         try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a config is for sharing
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(self.to_json_string())
             os.replace(tmp, path)
@@ -113,3 +120,10 @@ class BertConfig:
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

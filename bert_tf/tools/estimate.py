@@ -133,17 +133,18 @@ def throughput_from_metrics(path, num_devices=None, skip_first=1):
     records = []
     try:
         with open(path, encoding="utf-8") as f:
-            for line_number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise EstimateError(f"{path}:{line_number}: not JSON ({e})") from None
-                if "sequences_per_second" in record:
-                    records.append(record)
+            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     except FileNotFoundError:
         raise EstimateError(f"--metrics_file={path}: file not found") from None
+    for line_number, line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if line_number == lines[-1][0] and not line.endswith("\n"):
+                continue  # the last line, cut short by a kill mid-write
+            raise EstimateError(f"{path}:{line_number}: not JSON ({e})") from None
+        if "sequences_per_second" in record:
+            records.append(record)
     if not records:
         raise EstimateError(
             f"--metrics_file={path}: no record has 'sequences_per_second'; pass a metrics.jsonl "

@@ -107,8 +107,8 @@ class PretrainingConfig:
                   f"--max_seq_length ({self.max_seq_length})")
 
     def _validate_optimization(self) -> None:
-        if self.learning_rate <= 0:
-            _fail("learning_rate", f"must be positive, got {self.learning_rate}")
+        if not 0 < self.learning_rate < float("inf"):  # also refuses nan
+            _fail("learning_rate", f"must be a positive finite number, got {self.learning_rate}")
         if self.weight_decay_rate < 0:
             _fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
         _check_patterns("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation)

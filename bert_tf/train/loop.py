@@ -21,6 +21,7 @@ masks are functions of (--seed, rank, input position), not of RNG state.
 """
 
 import math
+import os
 import sys
 import time
 
@@ -37,12 +38,14 @@ from bert_tf.model.modeling import (
     metrics_from_sums,
     pretraining_loss,
 )
-from bert_tf.train import distributed, precision
+from bert_tf.train import distributed, faults, precision
 from bert_tf.train import state as train_state
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 from bert_tf.train.report import OutputDirError, Reporter
 from bert_tf.train.state import TrainState
 
+# Saved beside the variables: [ranks, per-rank micro-batch, accumulation steps] of the run.
+RUN_LAYOUT = "run_layout"
 TIMING_WARMUP_UPDATES = 2  # excluded from the average throughput (tracing, compilation)
 LOGGED_METRICS = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy",
                   "next_sentence_accuracy", "learning_rate", "loss_scale", "grad_norm")
@@ -93,7 +96,11 @@ def run(config: PretrainingConfig) -> dict:
     config.validate()
     distributed.init()
     distributed.pin_gpu_to_local_rank()
-    with Reporter(config.output_dir, enabled=distributed.rank() == 0) as report:
+    is_chief = distributed.rank() == 0
+    with (faults.claimed_output_dir(config.output_dir, enabled=is_chief) as notes,
+          Reporter(config.output_dir, enabled=is_chief) as report):
+        for note in notes:
+            report.log(note)
         bert_config = load_bert_config(config.bert_config_file)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
@@ -110,7 +117,7 @@ def run(config: PretrainingConfig) -> dict:
         summary = {}
         if config.do_train:
             summary["train"] = train(state, config, train_files, masking, report)
-        if config.do_eval:
+        if config.do_eval and not summary.get("train", {}).get("stopped_by"):
             summary["eval"] = evaluate(state.model, config, eval_files, masking)
             report.summary("eval_results", summary["eval"])
         return summary
@@ -139,25 +146,31 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
                                  skip_batches=int(state.input_position.numpy())))
     report.start_metrics(start_step)
     meter = Throughput(sequences_per_update)
-    nonfinite_in_a_row, step = 0, start_step
-    with distributed.Watchdog(config.peer_timeout_seconds) as watchdog:
-        while step < config.num_train_steps:
+    nonfinite_in_a_row, step, stopping = 0, start_step, False
+    with (distributed.Watchdog(config.peer_timeout_seconds) as watchdog,
+          faults.StopSignals() as signals):
+        while step < config.num_train_steps and not stopping:
             metrics = meter.time(lambda: _guarded_update(state, batches, config))
             step = state.step
+            # Every rank stops after the same update, also when only one got the signal.
+            stopping = distributed.any_rank(signals.received is not None)
             watchdog.beat()
-            if not (metrics["finite"] and math.isfinite(metrics["loss"])):
-                nonfinite_in_a_row += 1
+            finite = metrics["finite"] and math.isfinite(metrics["loss"])
+            nonfinite_in_a_row = 0 if finite else nonfinite_in_a_row + 1
+            if not finite:
                 _check_nonfinite(state, config, nonfinite_in_a_row, report)
-                continue
-            nonfinite_in_a_row = 0
             last = step == config.num_train_steps
-            if step % config.log_every_n_steps == 0 or last:
+            if finite and (step % config.log_every_n_steps == 0 or last):
                 report.metrics({"step": step, **{k: metrics[k] for k in LOGGED_METRICS},
                                 **meter.interval(), "num_ranks": num_ranks})
-            if step % config.save_checkpoints_steps == 0 or last:
+            if finite and (step % config.save_checkpoints_steps == 0 or last) or stopping:
                 _save(state, config, report)
                 watchdog.beat()
+    if stopping:
+        report.log(f"stopped at step {step} by {signals.received or 'a signal to another rank'}"
+                   f"; checkpoint saved: rerun the same command to resume")
     summary = {**meter.summary(config.time_to_train_sequences), "global_step": step,
+               "stopped_by": (signals.received or "signal") if stopping else None,
                "ranks": num_ranks, "sequences_per_update": sequences_per_update,
                "final_loss": metrics["loss"],
                "final_masked_lm_accuracy": metrics["masked_lm_accuracy"]}
@@ -190,9 +203,11 @@ class Throughput:
                 "step_time": elapsed / updates}
 
     def summary(self, time_to_train_sequences: float) -> dict:
-        timed = self.update_times[TIMING_WARMUP_UPDATES:] or self.update_times
+        # Warm-up updates are left out on every start (a resumed run traces again); a run of
+        # no more updates than that has no throughput to report.
+        timed = self.update_times[TIMING_WARMUP_UPDATES:]
         seconds = sum(timed)
-        per_second = len(timed) * self.sequences_per_update / seconds if seconds else 0.0
+        per_second = len(timed) * self.sequences_per_update / seconds if seconds else None
         return {
             "updates_this_run": len(self.update_times),
             "timed_updates": len(timed),
@@ -220,6 +235,8 @@ def _guarded_update(state: PretrainingState, batches, config) -> dict:
     """state.update, with the two errors users meet turned into advice."""
     try:
         return state.update(batches)
+    except tf.errors.DataLossError as e:
+        raise TrainingError(_data_loss_message(state, config, e)) from None
     except tf.errors.OpError as e:
         if "indices" in e.message and "not in [0," in e.message:
             raise TrainingError(
@@ -234,6 +251,20 @@ def _guarded_update(state: PretrainingState, batches, config) -> dict:
                 f"to resume from the last checkpoint in --output_dir={config.output_dir}"
             ) from None
         raise
+
+
+def _data_loss_message(state, config: PretrainingConfig, error) -> str:
+    """Names the truncated input file (found by its record headers) and what to do."""
+    for path in expand_patterns(config.input_files):
+        offset = records.truncated_at(path)
+        if offset is not None:
+            problem = records.truncation_message(path, offset, "input_files")
+            break
+    else:
+        problem = f"--input_files: a record is unreadable ({error.message.strip()})"
+    return (f"{problem}. Training stopped at step {state.step}; the last "
+            f"checkpoint {checkpoints.latest_checkpoint(config.output_dir)} is kept: fix the "
+            "file and rerun the same command to resume from it")
 
 
 def evaluate(model, config: PretrainingConfig, files, masking=None) -> dict:
@@ -277,13 +308,17 @@ def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=Non
 
 
 def _restore(state: PretrainingState, config: PretrainingConfig, report: Reporter) -> None:
-    """Rank 0 resumes from --output_dir, else initialises from --init_checkpoint;
-    the caller then broadcasts every variable."""
+    """Rank 0 resumes from --output_dir (the newest readable checkpoint), else initialises from
+    --init_checkpoint; the caller then broadcasts every variable."""
     if not report.enabled:
         return
-    latest = checkpoints.latest_checkpoint(config.output_dir)
+    removed = checkpoints.remove_stale_temporaries(config.output_dir)
+    if removed:
+        report.log(f"removed {len(removed)} partial file(s) left by an interrupted checkpoint "
+                   f"write: {', '.join(os.path.basename(p) for p in removed)}")
+    latest = _restore_newest_readable(state, config, report)
     if latest:
-        checkpoints.restore(latest, state.checkpoint_variables(), require_all=True)
+        _check_run_layout(state, latest, config, report)
         report.log(f"resumed from {latest} (step {state.step}, "
                    f"input position {int(state.input_position.numpy())})")
     elif config.init_checkpoint:
@@ -292,10 +327,63 @@ def _restore(state: PretrainingState, config: PretrainingConfig, report: Reporte
                    f"{len(loaded.missing)} new, {len(loaded.unused)} unused")
 
 
+def _restore_newest_readable(state, config: PretrainingConfig, report: Reporter):
+    """Restores the newest checkpoint that reads back; newer corrupt ones are set aside
+    (`*.corrupt`) with a warning. Returns its prefix, or None without checkpoints."""
+    corrupt = []
+    for prefix in checkpoints.listed_checkpoints(config.output_dir):
+        try:
+            checkpoints.restore(prefix, state.checkpoint_variables(), require_all=True)
+        except checkpoints.CheckpointCorruptError as e:
+            report.log(f"warning: {e}")
+            corrupt.append(prefix)
+            continue
+        for bad in corrupt:
+            checkpoints.set_aside(bad)
+            report.log(f"warning: renamed the corrupt checkpoint {bad} to "
+                       f"{os.path.basename(bad)}.*{checkpoints.CORRUPT_SUFFIX}; resuming from "
+                       f"the older {prefix} instead")
+        return prefix
+    if corrupt:
+        raise TrainingError(
+            f"no checkpoint in --output_dir={config.output_dir} reads back ({', '.join(corrupt)} "
+            "are corrupt, see above); restore them from a copy, or move them away to start "
+            "from scratch")
+    return None
+
+
+def _run_layout(config: PretrainingConfig) -> list[int]:
+    return [distributed.size(), config.train_batch_size, config.num_accumulation_steps]
+
+
+def _check_run_layout(state, prefix: str, config: PretrainingConfig, report: Reporter) -> None:
+    """Refuses a resume that changes the sequences per update; one that splits them otherwise
+    (ranks x micro-batch x accumulation) goes on at the same count of sequences consumed."""
+    saved = checkpoints.checkpoint_tensor(prefix, RUN_LAYOUT)
+    now = _run_layout(config)
+    if saved is None or [int(v) for v in saved] == now:  # None: written before layouts were
+        return
+    ranks, batch, accumulation = (int(v) for v in saved)
+    was = f"{ranks} rank(s) x {accumulation} micro-batch(es) x {batch}"
+    if ranks * batch * accumulation != math.prod(now):
+        raise TrainingError(
+            f"{prefix} was trained with {was} = {ranks * batch * accumulation} sequences per "
+            f"update; this run has {now[0]} rank(s) x {now[2]} x {now[1]} = {math.prod(now)}. "
+            "Resume with the same global batch (e.g. fewer ranks and more "
+            "--num_accumulation_steps), or start a new --output_dir (with --init_checkpoint)")
+    consumed = int(state.input_position.numpy()) * batch * ranks  # sequences, all ranks
+    state.input_position.assign(consumed // (now[1] * now[0]))
+    report.log(f"note: {prefix} was trained with {was}; continuing with {now[0]} rank(s) x "
+               f"{now[2]} x {now[1]} (the same {math.prod(now)} sequences per update), input "
+               f"position re-derived to {consumed // (now[1] * now[0])} micro-batches per rank")
+
+
 def _save(state: PretrainingState, config: PretrainingConfig, report: Reporter) -> None:
     if report.enabled:
-        prefix = checkpoints.save_checkpoint(state.checkpoint_variables(), config.output_dir,
-                                             state.step, keep_max=config.keep_checkpoint_max)
+        tensors = {**state.checkpoint_variables(),
+                   RUN_LAYOUT: tf.constant(_run_layout(config), tf.int64)}
+        prefix = checkpoints.save_checkpoint(tensors, config.output_dir, state.step,
+                                             keep_max=config.keep_checkpoint_max)
         report.log(f"saved {prefix}")
 
 

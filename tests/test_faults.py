@@ -1,0 +1,360 @@
+"""Faults of a single training run (issue 19): a stop signal, a corrupt checkpoint, a truncated
+TFRecord, stale checkpoint temporaries, a resized resume, two runs in one --output_dir, and
+smaller bad inputs. Real processes, signals, Horovod ranks and files cut on disk; the tiny
+model and data of test_training.py."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import time
+
+import numpy as np
+import psutil
+import pytest
+import test_training
+from conftest import PYTHON, REPO, run_command
+from test_training import (
+    ONE_THREAD,
+    TINY_BERT,
+    VENV_BIN,
+    _config,
+    checkpoint_values,
+    horovodrun,
+    mpirun,
+    pretraining_command,
+)
+
+from bert_tf.data import records
+from bert_tf.data.files import InputDataError
+from bert_tf.model import checkpoints
+from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.tools import estimate
+from bert_tf.train import distributed, faults, loop
+from bert_tf.train.config import PretrainingConfigError
+from bert_tf.train.report import OutputDirError
+
+data = test_training.data  # the tiny records and bert_config (a session fixture)
+LONG = 900  # seconds a multi-process run may take on a busy shared machine
+
+
+def _truncate(path, size):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def _rank_processes(launcher: psutil.Process) -> dict:
+    ranks = {}
+    for proc in launcher.children(recursive=True):
+        try:
+            if "run_pretraining.py" in " ".join(proc.cmdline()):
+                ranks[proc.environ().get("HOROVOD_RANK")] = proc
+        except psutil.NoSuchProcess:
+            continue
+    return ranks
+
+
+# ------------------------------------------------------------------------- preemption
+
+
+def _signal_mid_run(command, output_dir, send) -> tuple[int, str]:
+    """Starts `command`, calls send(launcher process) once 2 metrics lines are logged (before
+    any checkpoint), and returns its exit status and output; fails if it runs on 120 s."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **ONE_THREAD,
+           "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(a) for a in command], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    metrics = output_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + LONG
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, f"no metrics within {LONG} s"
+            time.sleep(0.05)
+        send(psutil.Process(proc.pid))
+        try:
+            output, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the job was still running 120 s after the signal")
+    finally:
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+    return proc.returncode, output
+
+
+def _stopped_step(output_dir, returncode, output) -> int:
+    """The step of the checkpoint a stopped run saved; checks it stopped cleanly, early."""
+    assert returncode == 0, output
+    stopped_at = checkpoints.latest_checkpoint(output_dir)
+    assert stopped_at is not None and not stopped_at.endswith("-12"), output
+    assert json.loads((output_dir / "train_summary.json").read_text())["stopped_by"], output
+    return int(stopped_at.rsplit("-", 1)[1])
+
+
+def test_sigterm_to_one_rank_stops_every_rank_and_the_rerun_resumes_exactly(data, tmp_path):
+    """2 ranks; SIGTERM reaches only rank 1, between checkpoints. Every rank stops after the
+    same update, rank 0 saves, the job exits 0; the same command rerun ends with the weights
+    of an uninterrupted run."""
+    flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
+    reference_dir = tmp_path / "reference"
+    run_command(mpirun(pretraining_command(data, reference_dir, **flags)), env=ONE_THREAD,
+                timeout=LONG)
+    reference = checkpoint_values(reference_dir / "model.ckpt-12")
+
+    victim_dir = tmp_path / "victim"
+    command = horovodrun(pretraining_command(data, victim_dir, **flags))
+    returncode, output = _signal_mid_run(
+        command, victim_dir,
+        lambda launcher: _rank_processes(launcher)["1"].send_signal(signal.SIGTERM))
+    step = _stopped_step(victim_dir, returncode, output)
+    assert f"stopped at step {step} by a signal to another rank" in output, output
+
+    proc = run_command(command, env=ONE_THREAD, timeout=LONG)
+    assert f"resumed from {victim_dir}/model.ckpt-{step}" in proc.stdout
+    resumed = checkpoint_values(victim_dir / "model.ckpt-12")
+    for name, value in reference.items():
+        np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+def test_sigterm_to_launch_py_reaches_the_training_process_which_saves(data, tmp_path):
+    """What a scheduler signals is the launcher; horovodrun itself would kill its workers 5 s
+    after a SIGTERM and exit 1. launch.py passes it on: the run saves and all exit 0."""
+    output_dir = tmp_path / "out"
+    flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
+    command = [PYTHON, REPO / "launch" / "launch.py", "--launcher=horovodrun", "--num_gpus=1",
+               "--controller=gloo", f"--python={PYTHON}",
+               *pretraining_command(data, output_dir, **flags)[2:]]
+    returncode, output = _signal_mid_run(command, output_dir,
+                                         lambda launcher: launcher.send_signal(signal.SIGTERM))
+    step = _stopped_step(output_dir, returncode, output)
+    assert f"stopped at step {step} by SIGTERM" in output, output
+
+
+def test_stop_signals_record_the_first_and_exit_on_the_second():
+    with faults.StopSignals() as signals:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert signals.received == "SIGINT"
+        with pytest.raises(SystemExit) as exit_info:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert exit_info.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+# ------------------------------------------------------------------ corrupt checkpoint
+
+
+def test_corrupt_latest_checkpoint_is_set_aside_and_the_older_one_resumed(data, tmp_path,
+                                                                         capsys):
+    output_dir = tmp_path / "out"
+    loop.run(_config(data, output_dir, num_train_steps=4, save_checkpoints_steps=2))
+    _truncate(output_dir / "model.ckpt-4.data-00000-of-00001", 1_000_000)
+    capsys.readouterr()
+
+    loop.run(_config(data, output_dir, num_train_steps=6, save_checkpoints_steps=2))
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {output_dir}/model.ckpt-4 is corrupt" in out, out
+    assert f"resumed from {output_dir}/model.ckpt-2 (step 2" in out, out
+    assert (output_dir / "model.ckpt-4.data-00000-of-00001.corrupt").exists()
+    assert (output_dir / "model.ckpt-4.index.corrupt").exists()
+    assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-6")
+
+    # predict on a corrupt checkpoint: a clear error naming it, no traceback.
+    _truncate(output_dir / "model.ckpt-6.data-00000-of-00001", 1_000_000)
+    proc = run_command([PYTHON, "-m", "bert_tf", "predict",
+                        f"--bert_config_file={data.config}",
+                        f"--init_checkpoint={output_dir / 'model.ckpt-6'}",
+                        f"--vocab_file={data.vocab}", "--text=the [MASK] sat"], check=False)
+    assert proc.returncode != 0
+    assert f"checkpoint {output_dir / 'model.ckpt-6'} is corrupt" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_only_corrupt_checkpoints_stop_the_run_naming_them(data, tmp_path):
+    output_dir = tmp_path / "out"
+    loop.run(_config(data, output_dir, num_train_steps=2))
+    _truncate(output_dir / "model.ckpt-2.data-00000-of-00001", 1_000_000)
+    with pytest.raises(loop.TrainingError, match=r"no checkpoint .* reads back .*model.ckpt-2"):
+        loop.run(_config(data, output_dir, num_train_steps=4))
+    assert (output_dir / "model.ckpt-2.index").exists()  # nothing renamed: no fallback
+
+
+# ------------------------------------------------------------------ truncated records
+
+
+def test_truncated_tfrecord_is_named_at_start_up_and_mid_run(data, tmp_path):
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(data.train.read_bytes()[:200_000])
+    offset = records.truncated_at(str(cut))
+    assert offset is not None and 0 < offset < 200_000
+    assert records.truncated_at(str(data.train)) is None
+
+    with pytest.raises(InputDataError, match=rf"--input_files: {cut} is truncated: its record "
+                                             rf"at byte {offset}"):
+        loop.run(_config(data, tmp_path / "out", input_files=str(cut)))
+
+    # Mid-run (the file cut after the start-up check): the update names file and offset.
+    distributed.init()
+    config = _config(data, tmp_path / "out", input_files=str(cut), num_train_steps=1000)
+    state = loop.PretrainingState(BertConfig.from_json_file(data.config), config)
+    batches = iter(loop.train_dataset(config, [str(cut)], 0, 1))
+    with pytest.raises(loop.TrainingError) as error:
+        for _ in range(1000):
+            loop._guarded_update(state, batches, config)
+    message = str(error.value)
+    assert f"{cut} is truncated: its record at byte {offset}" in message, message
+    assert "rerun the same command to resume" in message, message
+
+
+# ------------------------------------------------------------------ stale temporaries
+
+
+def test_stale_checkpoint_temporaries_are_removed_on_the_next_start(data, tmp_path, capsys):
+    output_dir = tmp_path / "out"
+    loop.run(_config(data, output_dir, num_train_steps=2))
+    # What a kill during SaveV2 leaves: a partial data file under our temporary prefix.
+    partial = output_dir / (".tmp-" + "0" * 32 + "-model.ckpt-4.data-00000-of-00001"
+                            ".tempstate123")
+    partial.write_bytes((output_dir / "model.ckpt-2.data-00000-of-00001").read_bytes()[:50_000])
+    state_tmp = output_dir / ("checkpoint.tmp-" + "1" * 32)
+    state_tmp.write_text("partial")
+    foreign = output_dir / ".tmp-notours"
+    foreign.write_text("someone else's")
+    capsys.readouterr()
+
+    loop.run(_config(data, output_dir, num_train_steps=4))
+    out = capsys.readouterr().out
+    assert "removed 2 partial file(s) left by an interrupted checkpoint write" in out, out
+    assert not partial.exists() and not state_tmp.exists()
+    assert foreign.exists()
+
+
+# ------------------------------------------------------------------ resized resume
+
+
+def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
+    """2 ranks x 1 x 8 (mpirun), then 1 rank: x 1 x 4 is refused naming the original
+    layout; x 2 x 8 continues with the input position re-derived."""
+    output_dir = tmp_path / "out"
+    run_command(mpirun(pretraining_command(data, output_dir, num_train_steps=4,
+                                           save_checkpoints_steps=2)),
+                env=ONE_THREAD, timeout=LONG)
+    before = checkpoint_values(output_dir / "model.ckpt-4")
+    assert list(before[loop.RUN_LAYOUT]) == [2, 8, 1]
+    assert before[loop.INPUT_POSITION] == 4
+
+    with pytest.raises(loop.TrainingError, match=r"2 rank\(s\) x 1 micro-batch\(es\) x 8 = 16 "
+                                                 r"sequences per update; this run has 1 "):
+        loop.run(_config(data, output_dir, train_batch_size=4, num_train_steps=6))
+    capsys.readouterr()
+    loop.run(_config(data, output_dir, train_batch_size=8, num_accumulation_steps=2,
+                     num_train_steps=6))
+    out = capsys.readouterr().out
+    assert "input position re-derived to 8 micro-batches per rank" in out, out
+    after = checkpoint_values(output_dir / "model.ckpt-6")
+    assert after[loop.INPUT_POSITION] == 8 + 2 * 2
+    assert list(after[loop.RUN_LAYOUT]) == [1, 8, 2]
+
+
+# ------------------------------------------------------------------ output_dir lock
+
+
+def _dead_pid():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_output_dir_lock_refuses_a_live_holder_and_takes_over_a_dead_one(data, tmp_path,
+                                                                         capsys):
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    lock = output_dir / faults.LOCK_FILE
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        lock.write_text(f"{socket.gethostname()} {holder.pid}\n")
+        with pytest.raises(OutputDirError, match=rf"in use by another run \(process "
+                                                 rf"{holder.pid} on host {socket.gethostname()}"):
+            loop.run(_config(data, output_dir))
+        assert lock.read_text().split()[1] == str(holder.pid)  # still the holder's
+        assert checkpoints.latest_checkpoint(output_dir) is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+    lock.write_text(f"{socket.gethostname()} {_dead_pid()}\n")
+    capsys.readouterr()
+    loop.run(_config(data, output_dir))
+    assert "took over the stale lock" in capsys.readouterr().out
+    assert not lock.exists()  # released at the end
+    assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-2")
+
+
+# ------------------------------------------------------------------ smaller ones
+
+
+def test_nan_learning_rate_is_refused(data, tmp_path):
+    with pytest.raises(PretrainingConfigError, match="--learning_rate must be a positive "
+                                                     "finite number, got nan"):
+        loop.run(_config(data, tmp_path / "out", learning_rate=float("nan")))
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_attention_heads_is_named_as_a_missing_key(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps({k: v for k, v in TINY_BERT.items()
+                                if k != "num_attention_heads"}))
+    with pytest.raises(BertConfigError, match=rf"{path}: field\(s\) 'num_attention_heads' "
+                                              "missing"):
+        BertConfig.from_json_file(path)
+
+
+def test_eval_files_matching_nothing_names_the_flag(data, tmp_path):
+    with pytest.raises(InputDataError, match="--eval_files: "):
+        loop.run(_config(data, tmp_path / "out", do_train=False, do_eval=True,
+                         eval_files=str(tmp_path / "none*.tfrecord")))
+
+
+def test_estimate_skips_a_last_line_cut_by_a_kill(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "sequences_per_second": 100.0 * s, "num_ranks": 2})
+             for s in (1, 2, 3)]
+    path.write_text("\n".join(lines) + "\n" + lines[0][:20])
+    assert estimate.throughput_from_metrics(str(path)) == pytest.approx(125.0)
+    path.write_text(lines[0] + "\n" + lines[1][:20] + "\n" + lines[2] + "\n")
+    with pytest.raises(estimate.EstimateError, match=":2: not JSON"):
+        estimate.throughput_from_metrics(str(path))
+
+
+def test_resumed_run_leaves_its_warm_up_updates_out_of_the_throughput(data, tmp_path):
+    output_dir = tmp_path / "out"
+    loop.run(_config(data, output_dir, num_train_steps=2))
+    summary = loop.run(_config(data, output_dir, num_train_steps=4))["train"]
+    assert summary["updates_this_run"] == 2 and summary["timed_updates"] == 0
+    assert summary["avg_sequences_per_second"] is None
+    assert summary["time_to_train_hours"] is None
+
+
+def test_failed_run_removes_the_empty_output_dir_it_created(data, tmp_path):
+    created = tmp_path / "new" / "out"
+    with pytest.raises(InputDataError):
+        loop.run(_config(data, created, input_files=str(tmp_path / "none*.tfrecord")))
+    assert not created.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(InputDataError):
+        loop.run(_config(data, existing, input_files=str(tmp_path / "none*.tfrecord")))
+    assert existing.is_dir() and os.listdir(existing) == []
+
+
+def test_bert_config_json_follows_the_umask(data, tmp_path):
+    old = os.umask(0o022)
+    try:
+        loop.run(_config(data, tmp_path / "out"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out" / "bert_config.json").stat().st_mode) == 0o644
+
