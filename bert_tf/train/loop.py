@@ -186,6 +186,7 @@ def run(config: PretrainingConfig) -> dict:
     distributed.init()
     distributed.pin_gpu_to_local_rank()
     with Reporter(config.output_dir, enabled=distributed.rank() == 0) as report:
+        distributed.check_shared_output_dir(config.output_dir)
         bert_config = load_bert_config(config.bert_config_file)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
