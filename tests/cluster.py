@@ -54,9 +54,7 @@ class Node:
 
 
 def missing_prerequisites() -> str | None:
-    """Why a cluster cannot be built here, or None."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, mounts)"
+    """Why a cluster cannot be built here (tools the set-up step installs), or None."""
     for tool in ("ip", "nsenter", "unshare", "ssh", "ssh-keygen", SSHD):
         if shutil.which(tool) is None:
             return (f"{tool} not found: install Debian's openssh-server and iproute2 "
@@ -86,7 +84,8 @@ class Cluster:
     # ------------------------------------------------------------ set-up
 
     def start(self):
-        problem = missing_prerequisites()
+        problem = "needs root (network namespaces, mounts)" if os.geteuid() else \
+            missing_prerequisites()
         if problem:
             raise ClusterError(problem)
         self.root.mkdir(parents=True, exist_ok=True)
