@@ -63,6 +63,16 @@ flags.DEFINE_string("container_mounts", None, "slurm: srun --container-mounts va
 flags.DEFINE_string("sbatch_script", None,
                     "slurm: where to write the job script (default: ./<job_name>.sbatch).")
 flags.DEFINE_bool("dry_run", False, "Print the command (and the sbatch script) only.")
+flags.DEFINE_list("network_interface", None,
+                  "horovodrun/mpirun across --hosts: the network interface(s) the ranks talk "
+                  "over, the same name on every node (horovodrun --network-interfaces; mpirun "
+                  "btl_tcp_if_include and oob_tcp_if_include). Default: the launchers' choice.")
+flags.DEFINE_string("ssh_identity_file", None,
+                    "horovodrun/mpirun across --hosts: private key for ssh to the nodes.")
+flags.DEFINE_integer("ssh_port", None, "horovodrun/mpirun across --hosts: ssh port of the nodes.")
+flags.DEFINE_list("forward_env", [],
+                  "mpirun: more environment variables to forward to every rank (-x NAME), "
+                  "e.g. PYTHONPATH,OMP_NUM_THREADS. horovodrun forwards the whole environment.")
 
 
 class LaunchError(ValueError):
@@ -163,6 +173,7 @@ def horovodrun_command(passthrough, repo=REPO, python=None) -> list[str]:
     command = ["horovodrun", "-np", str(world), "-H", hosts]
     if FLAGS.controller:
         command.append(f"--{FLAGS.controller}")
+    command += horovodrun_cluster_args()
     return command + [python or FLAGS.python] + training_args(passthrough, world, repo)
 
 
@@ -178,7 +189,37 @@ def mpirun_command(passthrough) -> list[str]:
     for name in MPI_FORWARDED_ENV:
         command += ["-x", name]
     command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    command += mpirun_cluster_args()
     return command + [FLAGS.python] + training_args(passthrough, world)
+
+
+def horovodrun_cluster_args() -> list[str]:
+    """horovodrun's options for ranks on other nodes: interface and ssh."""
+    args = []
+    if FLAGS.network_interface:
+        args += ["--network-interfaces", ",".join(FLAGS.network_interface)]
+    if FLAGS.ssh_identity_file:
+        args += ["--ssh-identity-file", FLAGS.ssh_identity_file]
+    if FLAGS.ssh_port:
+        args += ["-p", str(FLAGS.ssh_port)]
+    return args
+
+
+def mpirun_cluster_args() -> list[str]:
+    """Open MPI's options for ranks on other nodes: the environment they need (mpirun
+    forwards only -x names), the interface for its byte transfer and out-of-band layers,
+    and how its daemons are started over ssh."""
+    args = [a for name in dict.fromkeys(FLAGS.forward_env) if name not in MPI_FORWARDED_ENV
+            for a in ("-x", name)]
+    if FLAGS.network_interface:
+        interfaces = ",".join(FLAGS.network_interface)
+        args += ["-mca", "btl_tcp_if_include", interfaces,
+                 "-mca", "oob_tcp_if_include", interfaces]
+    ssh = (["-i", FLAGS.ssh_identity_file] if FLAGS.ssh_identity_file else []) + \
+        (["-p", str(FLAGS.ssh_port)] if FLAGS.ssh_port else [])
+    if ssh:
+        args += ["-mca", "plm_rsh_args", shlex.join(ssh)]
+    return args
 
 
 def docker_command(passthrough) -> list[str]:
