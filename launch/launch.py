@@ -20,6 +20,7 @@ A recipe is a run_pretraining flagfile. Its `# global_batch_size: N` line (or
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -306,6 +307,10 @@ def main(argv):
     print(shlex.join(command), flush=True)
     if FLAGS.dry_run:
         return 0
+    if shutil.which(command[0]) is None:
+        print(f"launch: error: {command[0]} not found on PATH: activate the environment that "
+              "has it (source .venv/bin/activate) or use --dry_run", file=sys.stderr)
+        return 2
     return subprocess.call(command)
 
 
