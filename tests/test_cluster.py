@@ -252,7 +252,8 @@ def test_losing_a_node_ends_the_job_and_the_rerun_resumes_exactly(cluster, data,
 def doctor_args(cluster, data, output_dir, hosts=HOSTS) -> list:
     return [PYTHON, "-m", "bert_tf", "doctor", f"--hosts={hosts}",
             f"--network_interface={INTERFACE}", f"--ssh_identity_file={cluster.key}",
-            f"--output_dir={output_dir}", f"--bert_config_file={data / 'bert_config.json'}",
+            f"--output_dir={output_dir}", "--do_train",
+            f"--bert_config_file={data / 'bert_config.json'}",
             f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}"]
 
 
