@@ -21,6 +21,7 @@ deletes the namespaces, also when start-up failed half-way.
 
 import dataclasses
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -69,6 +70,36 @@ def _run(args, timeout=30):
     return proc.stdout
 
 
+def _pids_in_netns(netns: str) -> list[int]:
+    target = os.stat(f"/run/netns/{netns}").st_ino
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def remove_stale_clusters():
+    """Namespaces a killed test run left behind (btc<pid>-*, that pid gone): their
+    processes are killed and the namespaces deleted."""
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                             timeout=30).stdout
+    for line in listing.splitlines():
+        match = re.match(r"(btc(\d+)-\S+)", line)
+        if not match or os.path.exists(f"/proc/{match.group(2)}"):
+            continue
+        for pid in _pids_in_netns(match.group(1)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "netns", "del", match.group(1)], capture_output=True, timeout=30)
+
+
 class Cluster:
     def __init__(self, root: Path, nodes: dict, tag: str | None = None):
         """`nodes`: name -> dict(private_dirs=..., readonly_dirs=...)."""
@@ -89,6 +120,7 @@ class Cluster:
         if problem:
             raise ClusterError(problem)
         self.root.mkdir(parents=True, exist_ok=True)
+        remove_stale_clusters()
         self._make_keys_and_files()
         self._add_netns(self.bridge_ns)
         _run(["ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge"])
@@ -191,16 +223,7 @@ class Cluster:
     def pids_on(self, node: Node | str) -> list[int]:
         """Every process in the node's network namespace (sshd, sessions, ranks, ...)."""
         node = self.nodes[node] if isinstance(node, str) else node
-        target = os.stat(f"/run/netns/{node.netns}").st_ino
-        pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
-                        pids.append(int(entry))
-                except OSError:
-                    continue
-        return pids
+        return _pids_in_netns(node.netns)
 
     def kill_node(self, node: Node | str, timeout=30.0) -> int:
         """SIGKILLs every process on the node (a node lost); returns how many."""
