@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bert_tf-installed
 
-.PHONY: demo test lint bench convergence venv clean
+.PHONY: demo test test-cluster lint bench convergence venv clean
 
 venv: $(STAMP)
 
@@ -15,7 +15,11 @@ lint: venv
 	$(VENV)/bin/hadolint Dockerfile
 
 test: lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --ignore=tests/test_cluster.py
+
+# Two nodes x two ranks on network namespaces with sshd (needs root); see docs/running.md.
+test-cluster: venv
+	$(PY) -m pytest -q tests/test_cluster.py
 
 demo: venv
 	$(PY) -m bert_tf demo

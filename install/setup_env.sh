@@ -42,6 +42,14 @@ if ! command -v mpicxx >/dev/null || ! command -v mpirun >/dev/null; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
       libopenmpi-dev openmpi-bin; } || fail "apt-get install libopenmpi-dev openmpi-bin"
 fi
+# Debian packages for the simulated two-node cluster of tests/test_cluster.py (make
+# test-cluster): sshd per node, `ip` for network namespaces.
+if [[ ! -x /usr/sbin/sshd ]] || ! command -v ip >/dev/null; then
+  echo "setup_env: installing Debian packages openssh-server iproute2"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      openssh-server iproute2; } || fail "apt-get install openssh-server iproute2"
+fi
 command -v cmake >/dev/null || fail "cmake not found (apt-get install cmake; Horovod needs cmake >= 3.13)"
 command -v "$PYTHON" >/dev/null || fail "$PYTHON not found; set PYTHON=/path/to/python3.11"
 

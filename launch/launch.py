@@ -21,6 +21,7 @@ import dataclasses
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +60,10 @@ class LaunchConfig:
     container_mounts: str | None = None
     sbatch_script: str | None = None
     dry_run: bool = False
+    network_interface: list[str] | None = None
+    ssh_identity_file: str | None = None
+    ssh_port: int | None = None
+    forward_env: list[str] = dataclasses.field(default_factory=list)
     # Flags this launcher does not define, for run_pretraining.py (after the recipe: they win).
     training_flags: list[str] = dataclasses.field(default_factory=list)
 
@@ -100,6 +105,18 @@ def define_flags() -> None:
     flags.DEFINE_string("sbatch_script", None,
                         "slurm: where to write the job script (default: ./<job_name>.sbatch).")
     flags.DEFINE_bool("dry_run", d["dry_run"], "Print the command (and the sbatch script) only.")
+    flags.DEFINE_list("network_interface", None,
+                      "horovodrun/mpirun across --hosts: the network interface(s) the ranks talk "
+                      "over, the same name on every node (horovodrun --network-interfaces; mpirun "
+                      "btl_tcp_if_include and oob_tcp_if_include). Default: the launchers' choice.")
+    flags.DEFINE_string("ssh_identity_file", None,
+                        "horovodrun/mpirun across --hosts: private key for ssh to the nodes.")
+    flags.DEFINE_integer("ssh_port", None,
+                         "horovodrun/mpirun across --hosts: ssh port of the nodes.")
+    flags.DEFINE_list("forward_env", [],
+                      "mpirun: more environment variables to forward to every rank (-x NAME), "
+                      "e.g. PYTHONPATH,OMP_NUM_THREADS. horovodrun forwards the whole "
+                      "environment.")
 
 
 def config_from_flags(flag_values, training_flags) -> LaunchConfig:
@@ -207,6 +224,7 @@ def horovodrun_command(config: LaunchConfig, repo=REPO, python=None) -> list[str
     command = ["horovodrun", "-np", str(world), "-H", hosts]
     if config.controller:
         command.append(f"--{config.controller}")
+    command += horovodrun_cluster_args(config)
     return command + [python or config.python] + training_args(config, world, repo)
 
 
@@ -222,7 +240,37 @@ def mpirun_command(config: LaunchConfig) -> list[str]:
     for name in MPI_FORWARDED_ENV:
         command += ["-x", name]
     command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    command += mpirun_cluster_args(config)
     return command + [config.python] + training_args(config, world)
+
+
+def horovodrun_cluster_args(config: LaunchConfig) -> list[str]:
+    """horovodrun's options for ranks on other nodes: interface and ssh."""
+    args = []
+    if config.network_interface:
+        args += ["--network-interfaces", ",".join(config.network_interface)]
+    if config.ssh_identity_file:
+        args += ["--ssh-identity-file", config.ssh_identity_file]
+    if config.ssh_port:
+        args += ["-p", str(config.ssh_port)]
+    return args
+
+
+def mpirun_cluster_args(config: LaunchConfig) -> list[str]:
+    """Open MPI's options for ranks on other nodes: the environment they need (mpirun
+    forwards only -x names), the interface for its byte transfer and out-of-band layers,
+    and how its daemons are started over ssh."""
+    args = [a for name in dict.fromkeys(config.forward_env) if name not in MPI_FORWARDED_ENV
+            for a in ("-x", name)]
+    if config.network_interface:
+        interfaces = ",".join(config.network_interface)
+        args += ["-mca", "btl_tcp_if_include", interfaces,
+                 "-mca", "oob_tcp_if_include", interfaces]
+    ssh = (["-i", config.ssh_identity_file] if config.ssh_identity_file else []) + \
+        (["-p", str(config.ssh_port)] if config.ssh_port else [])
+    if ssh:
+        args += ["-mca", "plm_rsh_args", shlex.join(ssh)]
+    return args
 
 
 def docker_command(config: LaunchConfig) -> list[str]:
@@ -346,7 +394,11 @@ def launch(config: LaunchConfig) -> int:
     print(shlex.join(command), flush=True)
     if config.dry_run:
         return 0
-    if FLAGS.launcher in ("horovodrun", "mpirun"):
+    if shutil.which(command[0]) is None:
+        print(f"launch: error: {command[0]} not found on PATH: activate the environment that "
+              "has it (source .venv/bin/activate) or use --dry_run", file=sys.stderr)
+        return 2
+    if config.launcher in ("horovodrun", "mpirun"):
         return run_forwarding_stop_signals(command)
     return subprocess.call(command)
 

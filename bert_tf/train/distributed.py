@@ -7,12 +7,16 @@ and Horovod's own stall shutdown is switched on as a second line of defence.
 """
 
 import os
+import secrets
+import socket
 import sys
 import threading
 import time
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+
+from bert_tf.train.report import OutputDirError
 
 # Set before hvd.init(): Horovod reads them then. A collective whose peers
 # stopped submitting tensors is shut down after this many seconds.
@@ -52,6 +56,70 @@ def rank() -> int:
 
 def size() -> int:
     return hvd.size()
+
+
+def local_rank() -> int:
+    """This process's index among the ranks on its node (its GPU on a real cluster)."""
+    return hvd.local_rank()
+
+
+def local_size() -> int:
+    return hvd.local_size()
+
+
+def cross_rank() -> int:
+    """This node's index among the nodes."""
+    return hvd.cross_rank()
+
+
+def cross_size() -> int:
+    return hvd.cross_size()
+
+
+def placement() -> dict:
+    """Where this rank runs: its host and its global, local and cross-node indices."""
+    return {"host": socket.gethostname(), "rank": hvd.rank(), "size": hvd.size(),
+            "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+            "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size()}
+
+
+class OutputDirNotSharedError(OutputDirError):
+    """Some ranks do not see the files rank 0 writes to --output_dir."""
+
+
+SHARED_MARKER = ".bert_tf-shared-check"
+
+
+def check_shared_output_dir(output_dir: str) -> None:
+    """Rank 0 writes a marker with a fresh token to `output_dir`; every rank checks it reads
+    that token. Raises OutputDirNotSharedError on every rank, naming the hosts that do not
+    see it, so a run on node-local disks fails at its start, not at a later resume. The
+    output directory must already exist on rank 0 (its Reporter made it)."""
+    if hvd.size() == 1:
+        return
+    marker = os.path.join(output_dir, SHARED_MARKER)
+    token = secrets.token_hex(8) if hvd.rank() == 0 else None
+    if token is not None:
+        with open(marker, "w") as f:
+            f.write(token)
+    token = hvd.broadcast_object(token, root_rank=0, name="shared_dir_token")
+    try:
+        with open(marker) as f:
+            seen = f.read() == token
+    except OSError:
+        seen = False
+    views = hvd.allgather_object((socket.gethostname(), hvd.rank(), seen),
+                                 name="shared_dir_views")
+    if hvd.rank() == 0:
+        os.remove(marker)
+    blind = [(host, r) for host, r, ok in views if not ok]
+    if blind:
+        where = ", ".join(f"rank {r} on {host}" for host, r in blind)
+        raise OutputDirNotSharedError(
+            f"--output_dir={output_dir} is not shared storage: rank 0 on {views[0][0]} wrote "
+            f"{marker}, but {where} cannot read it. Only rank 0 writes checkpoints and logs, "
+            "and a resumed run whose rank 0 lands on another node would not find them: put "
+            "--output_dir on a filesystem every node mounts at the same path (NFS, Lustre, ...)")
 
 
 def allreduce_sum(tensors, fp16_compression: bool = False) -> list:

@@ -101,6 +101,7 @@ def run(config: PretrainingConfig) -> dict:
           Reporter(config.output_dir, enabled=is_chief) as report):
         for note in notes:
             report.log(note)
+        distributed.check_shared_output_dir(config.output_dir)
         bert_config = load_bert_config(config.bert_config_file)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None

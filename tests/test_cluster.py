@@ -1,0 +1,282 @@
+"""Two nodes x two ranks on a simulated cluster (tests/cluster.py: network namespaces, a
+bridge, sshd per node): horovodrun and mpirun place the ranks, a 2x2 run takes the same
+updates as 1x4, only rank 0 writes, --output_dir that is not shared fails clearly, a lost
+node ends the job in bounded time and the rerun resumes exactly, launch.py runs it and
+`doctor --hosts` preflights it.
+
+nodeA launches (as you would log in to the first node); nodeB mounts `readonly/` read-only
+(its ranks must never write to --output_dir) and has a private tmpfs at `private/` (storage
+the other node does not see). Needs root; `make test-cluster` runs it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster import INTERFACE, Cluster
+from conftest import PYTHON, REPO, run_command
+
+VENV_BIN = Path(sys.executable).parent
+WORKER = REPO / "tests" / "cluster_worker.py"
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+              "TF_NUM_INTEROP_THREADS": "1"}
+HOSTS = "nodeA:2,nodeB:2"
+
+# Missing sshd/ip fail (the set-up step installs them); only a non-root user skips.
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="simulated cluster needs root")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    nodes = {"nodeA": {}, "nodeB": {"private_dirs": (str(root / "private"),),
+                                    "readonly_dirs": (str(root / "readonly"),)}}
+    with Cluster(root / "nodes", nodes) as c:
+        c.shared = root / "readonly"      # nodeA writes, nodeB only reads
+        c.private = root / "private"      # each node sees its own
+        yield c
+
+
+def cluster_env(cluster) -> dict:
+    """What a rank needs, also on the other node (horovodrun forwards the whole
+    environment; mpirun only the -x names of mpirun_args)."""
+    return {**ONE_THREAD, "PATH": f"{VENV_BIN}:{cluster.path_env()}", "PYTHONPATH": str(REPO),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            # Four ranks on a machine with few cores: MPI waits yield the CPU, not spin.
+            "OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
+def horovodrun_args(cluster, hosts=HOSTS) -> list:
+    world = sum(int(h.split(":")[1]) for h in hosts.split(","))
+    return [VENV_BIN / "horovodrun", "-np", str(world), "-H", hosts, "--gloo",
+            "--network-interfaces", INTERFACE, "--ssh-identity-file", cluster.key]
+
+
+def mpirun_args(cluster, hostfile: Path) -> list:
+    hostfile.write_text("nodeA slots=2\nnodeB slots=2\n")
+    exports = [a for name in cluster_env(cluster) for a in ("-x", name)]
+    return ["mpirun", "--allow-run-as-root", "-np", "4", "--hostfile", hostfile,
+            "-bind-to", "none", "-map-by", "slot",
+            "-mca", "plm_rsh_args", f"-i {cluster.key}",
+            "-mca", "btl_tcp_if_include", INTERFACE, "-mca", "oob_tcp_if_include", INTERFACE,
+            "-mca", "pml", "ob1", "-mca", "btl", "^openib", *exports]
+
+
+def on_node_a(cluster, args, timeout=300, check=True):
+    return run_command(cluster.command("nodeA", args, cwd=REPO), env=cluster_env(cluster),
+                       timeout=timeout, check=check)
+
+
+def expected_placement(rank):
+    node = rank // 2
+    return {"host": ["nodeA", "nodeB"][node], "rank": rank, "size": 4, "local_rank": rank % 2,
+            "local_size": 2, "cross_rank": node, "cross_size": 2}
+
+
+# ------------------------------------------------------------------ placement
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
+def test_two_ranks_per_node_with_local_and_cross_ranks(cluster, launcher, tmp_path):
+    out = tmp_path / "placement"
+    out.mkdir()
+    launch = (horovodrun_args(cluster) if launcher == "horovodrun"
+              else mpirun_args(cluster, tmp_path / "hostfile"))
+    on_node_a(cluster, [*launch, PYTHON, WORKER, out])
+    placements = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
+    assert placements == [expected_placement(r) for r in range(4)]
+
+
+# ------------------------------------------------------------------ training
+
+SEQ, PREDICTIONS, STEPS = 64, 10, 12
+TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=128, hidden_dropout_prob=0.1,
+                 attention_probs_dropout_prob=0.1, max_position_embeddings=SEQ)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, shared_data):
+    root = tmp_path_factory.mktemp("cluster_data")
+    text = (shared_data / "corpora" / "gutenberg" / "austen-emma.txt").read_text()
+    (root / "train.txt").write_text(text[:60_000])
+    run_command([PYTHON, REPO / "create_pretraining_data.py", f"--input_file={root / 'train.txt'}",
+                 f"--output_file={root / 'train.tfrecord'}",
+                 f"--vocab_file={shared_data / 'vocab' / 'bert-base-uncased.txt'}",
+                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
+                 "--dupe_factor=1", "--noprogress"], env=ONE_THREAD)
+    (root / "bert_config.json").write_text(json.dumps(TINY_BERT))
+    return root
+
+
+def training_flags(data, output_dir) -> list[str]:
+    """Dropout on: the same weights after a resume also need the same dropout masks."""
+    return [f"--bert_config_file={data / 'bert_config.json'}",
+            f"--input_files={data / 'train.tfrecord'}", f"--output_dir={output_dir}",
+            "--do_train", "--train_batch_size=4", f"--max_seq_length={SEQ}",
+            f"--max_predictions_per_seq={PREDICTIONS}", f"--num_train_steps={STEPS}",
+            "--num_warmup_steps=2", "--learning_rate=2e-3", "--save_checkpoints_steps=3",
+            "--log_every_n_steps=3", "--peer_timeout_seconds=60"]
+
+
+def launch_args(cluster, launcher) -> list:
+    """launch/launch.py across the two nodes, as docs/running.md shows it."""
+    args = [PYTHON, REPO / "launch" / "launch.py", f"--launcher={launcher}",
+            "--hosts=nodeA,nodeB", "--num_gpus=2", f"--network_interface={INTERFACE}",
+            f"--ssh_identity_file={cluster.key}", f"--python={PYTHON}"]
+    if launcher == "horovodrun":
+        return args + ["--controller=gloo"]
+    return args + ["--forward_env=" + ",".join(cluster_env(cluster))]
+
+
+def checkpoint_values(prefix):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def assert_same_weights(a, b):
+    import numpy as np
+
+    assert a.keys() == b.keys()
+    for name, value in a.items():
+        np.testing.assert_allclose(b[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def two_node_run(cluster, data):
+    """launch.py --launcher=horovodrun across nodeA and nodeB; nodeB's view of the output
+    directory is read-only, so the run only succeeds if no rank on nodeB writes there."""
+    output_dir = cluster.shared / "horovodrun"
+    proc = on_node_a(cluster, [*launch_args(cluster, "horovodrun"),
+                               *training_flags(data, output_dir)], timeout=600)
+    return output_dir, proc
+
+
+def test_launch_runs_two_nodes_and_only_rank0_writes(two_node_run):
+    output_dir, proc = two_node_run
+    assert "horovodrun -np 4 -H nodeA:2,nodeB:2" in proc.stdout  # the command it ran
+    assert "4 rank(s)" in proc.stdout, proc.stdout
+    assert (output_dir / f"model.ckpt-{STEPS}.index").exists()
+    assert (output_dir / "metrics.jsonl").exists()
+
+
+def test_two_nodes_take_the_same_updates_as_one_node_with_four_ranks(cluster, data, tmp_path,
+                                                                   two_node_run):
+    one_node = tmp_path / "one_node"
+    on_node_a(cluster, [VENV_BIN / "horovodrun", "-np", "4", "-H", "localhost:4", "--gloo",
+                        PYTHON, REPO / "run_pretraining.py", *training_flags(data, one_node)],
+              timeout=600)
+    assert_same_weights(checkpoint_values(one_node / f"model.ckpt-{STEPS}"),
+                        checkpoint_values(two_node_run[0] / f"model.ckpt-{STEPS}"))
+
+
+def test_launch_with_mpirun_across_nodes(cluster, data, two_node_run):
+    output_dir = cluster.shared / "mpirun"
+    proc = on_node_a(cluster, [*launch_args(cluster, "mpirun"), *training_flags(data, output_dir)],
+                     timeout=600)
+    assert "mpirun -np 4 -H nodeA:2,nodeB:2" in proc.stdout
+    assert_same_weights(checkpoint_values(two_node_run[0] / f"model.ckpt-{STEPS}"),
+                        checkpoint_values(output_dir / f"model.ckpt-{STEPS}"))
+
+
+def test_output_dir_that_other_nodes_do_not_see_fails_at_start(cluster, data):
+    output_dir = cluster.private / "run"  # nodeB has its own tmpfs here
+    proc = on_node_a(cluster, [*horovodrun_args(cluster), PYTHON, REPO / "run_pretraining.py",
+                               *training_flags(data, output_dir)], timeout=300, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert f"--output_dir={output_dir} is not shared storage" in output, output
+    assert "rank 2 on nodeB" in output and "rank 3 on nodeB" in output, output
+    assert "rank 1 on nodeA" not in output, output
+    assert not list(output_dir.glob("model.ckpt-*")), "trained although the check failed"
+
+
+# ------------------------------------------------------------------ node loss
+
+
+def _run_until_checkpoint(cluster, command, output_dir, timeout=400):
+    """Starts `command` on nodeA; returns the process once a checkpoint exists."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **cluster_env(cluster)}
+    proc = subprocess.Popen([str(a) for a in cluster.command("nodeA", command, cwd=REPO)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout
+    while not list(output_dir.glob("model.ckpt-*.index")):
+        if proc.poll() is not None:
+            raise AssertionError(f"ended before its first checkpoint:\n{proc.stdout.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"no checkpoint within {timeout} s")
+        time.sleep(0.05)
+    return proc
+
+
+def test_losing_a_node_ends_the_job_and_the_rerun_resumes_exactly(cluster, data, two_node_run):
+    output_dir = cluster.shared / "node_loss"
+    command = [*launch_args(cluster, "horovodrun"), *training_flags(data, output_dir)]
+    victim = _run_until_checkpoint(cluster, command, output_dir)
+    try:
+        assert cluster.kill_node("nodeB") > 0
+        try:
+            output, _ = victim.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail("nodeA's ranks were still running 180 s after nodeB was lost")
+    finally:
+        if victim.poll() is None:
+            cluster.kill_node("nodeA")
+            cluster.restart_node("nodeA")
+        cluster.restart_node("nodeB")
+    assert victim.returncode != 0, output
+    # horovodrun sees nodeB's ssh sessions end and stops nodeA's ranks; had it not, nodeA's
+    # ranks stop themselves (Horovod's collective fails, or the watchdog).
+    clear = ("Connection to nodeb closed", "Process 2 exit with status code",
+             "another rank failed or exited", "no training progress for")
+    assert any(message in output for message in clear), output
+    saved = sorted(output_dir.glob("model.ckpt-*.index"))
+    assert f"model.ckpt-{STEPS}.index" not in [p.name for p in saved], "finished before the kill"
+
+    proc = on_node_a(cluster, command, timeout=600)
+    assert "resumed from" in proc.stdout, proc.stdout
+    assert_same_weights(checkpoint_values(two_node_run[0] / f"model.ckpt-{STEPS}"),
+                        checkpoint_values(output_dir / f"model.ckpt-{STEPS}"))
+
+
+# ------------------------------------------------------------------ doctor --hosts
+
+
+def doctor_args(cluster, data, output_dir, hosts=HOSTS) -> list:
+    return [PYTHON, "-m", "bert_tf", "doctor", f"--hosts={hosts}",
+            f"--network_interface={INTERFACE}", f"--ssh_identity_file={cluster.key}",
+            f"--output_dir={output_dir}", "--do_train",
+            f"--bert_config_file={data / 'bert_config.json'}",
+            f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}"]
+
+
+def test_doctor_preflights_the_cluster_and_reports_the_rank_mapping(cluster, data):
+    proc = on_node_a(cluster, doctor_args(cluster, data, cluster.shared / "doctor"))
+    lines = proc.stdout.splitlines()
+    mapping = [line for line in lines if line.startswith("rank ")]
+    assert mapping == [f"rank {r}: {p['host']} local_rank {p['local_rank']} (GPU "
+                       f"{p['local_rank']}) of 2, cross_rank {p['cross_rank']}"
+                       for r, p in enumerate(map(expected_placement, range(4)))]
+    for expected in ("OK   ssh nodeA: reachable (hostname nodeA", "OK   ssh nodeB: reachable "
+                     "(hostname nodeB", "OK   same software on every node: python ",
+                     f"OK   network interface: {INTERFACE} on every node (nodeA 10.213.77.1, "
+                     "nodeB 10.213.77.2)", "OK   shared --output_dir: "):
+        assert any(line.startswith(expected) for line in lines), (expected, proc.stdout)
+
+
+def test_doctor_names_the_unreachable_node_and_the_unshared_directory(cluster, data):
+    # 10.213.77.9: an address of our own subnet where no node answers.
+    proc = on_node_a(cluster, doctor_args(cluster, data, cluster.private / "doctor",
+                                          hosts="nodeA:2,nodeB:2,10.213.77.9:2"), check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("FAIL ssh 10.213.77.9: ") for line in lines), proc.stdout
+    assert any(line.startswith("FAIL shared --output_dir: nodeB cannot see") for line in lines), \
+        proc.stdout

@@ -1,0 +1,79 @@
+"""Multi-node options without a cluster: launch.py's --hosts flags in the commands it prints,
+and the doctor's --hosts logic on given node reports (tests/test_cluster.py runs them for real).
+"""
+
+import shlex
+
+from conftest import PYTHON, REPO, run_command
+
+from bert_tf.tools import doctor
+
+LAUNCH = REPO / "launch" / "launch.py"
+RUN = f"{REPO}/run_pretraining.py"
+CLUSTER_FLAGS = ("--hosts=n1,n2", "--num_gpus=2", "--network_interface=ib0",
+                 "--ssh_identity_file=/k", "--ssh_port=2222")
+
+
+def printed_command(*flags):
+    proc = run_command([PYTHON, LAUNCH, "--dry_run", *flags, "--output_dir=/shared/run"])
+    return shlex.split(proc.stdout.strip().splitlines()[-1])
+
+
+def test_horovodrun_across_hosts_names_interface_and_ssh():
+    assert printed_command("--launcher=horovodrun", "--controller=gloo", *CLUSTER_FLAGS) == [
+        "horovodrun", "-np", "4", "-H", "n1:2,n2:2", "--gloo", "--network-interfaces", "ib0",
+        "--ssh-identity-file", "/k", "-p", "2222", "python", RUN, "--output_dir=/shared/run"]
+
+
+def test_mpirun_across_hosts_forwards_env_and_names_interface_and_ssh():
+    command = printed_command("--launcher=mpirun", "--noallow_run_as_root",
+                              "--forward_env=PYTHONPATH,PATH,OMP_NUM_THREADS", *CLUSTER_FLAGS)
+    tail = command[command.index("^openib") + 1:]
+    assert tail == ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",  # PATH is forwarded already
+                    "-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0",
+                    "-mca", "plm_rsh_args", "-i /k -p 2222", "python", RUN,
+                    "--output_dir=/shared/run"]
+
+
+def test_launch_names_a_missing_launcher(tmp_path):
+    proc = run_command([PYTHON, LAUNCH, "--launcher=horovodrun", "--output_dir=x"],
+                       env={"PATH": str(tmp_path)}, check=False)
+    assert proc.returncode == 2
+    assert "launch: error: horovodrun not found on PATH" in proc.stderr
+
+
+def test_rank_mapping_fills_each_hosts_slots_in_order():
+    hosts = doctor.parse_hosts(["n1:2", "n2:3"])
+    assert [(r["host"], r["local_rank"], r["cross_rank"]) for r in doctor.rank_mapping(hosts)] \
+        == [("n1", 0, 0), ("n1", 1, 0), ("n2", 0, 1), ("n2", 1, 1), ("n2", 2, 1)]
+    assert doctor.parse_hosts(["n1"]) == [("n1", 1)]
+    for bad in ("n1:x", "n1:0", ":2"):
+        try:
+            doctor.parse_hosts([bad])
+        except ValueError as e:
+            assert bad in str(e)
+        else:
+            raise AssertionError(f"{bad} accepted")
+
+
+def node(python="3.11.7", tf="2.21.0", interfaces=None, **extra):
+    return {"python": python, "tensorflow": tf, "horovod": "0.28.1", "bert_tf": "0.1.0",
+            "interfaces": interfaces or {"lo": ["127.0.0.1"], "eth0": ["10.0.0.1"]}, **extra}
+
+
+def test_doctor_names_the_node_with_other_versions():
+    check = doctor.check_versions({"n1": node(), "n2": node(tf="2.17.0")})
+    assert check.status == doctor.FAIL
+    assert "n2: tensorflow 2.17.0 (vs 2.21.0 on n1)" in check.message
+    assert doctor.check_versions({"n1": node(), "n2": node()}).status == doctor.OK
+
+
+def test_doctor_interface_checks():
+    both = {"eth0": ["10.0.0.1"], "ib0": ["10.1.0.1"]}
+    probes = {"n1": node(interfaces=both), "n2": node(interfaces={"eth0": ["10.0.0.2"]})}
+    assert doctor.check_interface(probes, None).status == doctor.OK  # only eth0 is common
+    missing = doctor.check_interface(probes, ["ib0"])
+    assert missing.status == doctor.FAIL and "n2 has no ib0" in missing.message
+    several = doctor.check_interface({"n1": node(interfaces=both), "n2": node(interfaces=both)},
+                                     None)
+    assert several.status == doctor.WARN and "eth0, ib0" in several.message
