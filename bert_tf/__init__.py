@@ -43,12 +43,13 @@ def config_from_flags(config_class, flag_values, **values):
 def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
     """The entry point of every command: defines its absl flags, parses them into its
     configuration and exits with what `run` returns, or with `COMMAND: error: ...` on
-    stderr and error_status when it raises one of `errors` (bad input, said in words).
+    stderr and error_status when `run` or the parsing into the configuration raises one of
+    `errors` (bad input, said in words).
 
     Args:
       define_flags: defines the command's flags on absl's FLAGS.
       config: the dataclass the flags become (see config_from_flags), or a function from
-        the parsed FlagValues to the configuration.
+        the parsed FlagValues to the configuration (it may raise one of `errors`).
       run: takes the configuration; returns the exit status.
       errors: exception types whose message is the whole story for the user.
       error_status: the exit status for them.
@@ -56,11 +57,11 @@ def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
     def main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
-        if dataclasses.is_dataclass(config):
-            parsed = config_from_flags(config, flags.FLAGS)
-        else:
-            parsed = config(flags.FLAGS)
         try:
+            if dataclasses.is_dataclass(config):
+                parsed = config_from_flags(config, flags.FLAGS)
+            else:
+                parsed = config(flags.FLAGS)
             return run(parsed)
         except errors as e:
             print(f"{command_name()}: error: {e}", file=sys.stderr)
@@ -72,5 +73,13 @@ def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
 
 def command_name() -> str:
     """The command being run: `estimate` for `python -m bert_tf estimate`, for
-    `python -m bert_tf.tools.estimate` and for `.../estimate.py`."""
-    return os.path.basename(sys.argv[0].split()[-1]).removesuffix(".py")
+    `python -m bert_tf.tools.estimate` and for `.../estimate.py`; `prepare_dataset` for
+    `.../data/dataset.py` (the name the command has in bert_tf.__main__.COMMANDS)."""
+    script = os.path.abspath(sys.argv[0].split()[-1])
+    from bert_tf.__main__ import COMMANDS  # its commands run under its guard, not at import
+
+    for command, (module, _) in COMMANDS.items():
+        path = os.path.join(*module.split(".")) + ".py"
+        if script.endswith(os.sep + path):
+            return command
+    return os.path.basename(script).removesuffix(".py")

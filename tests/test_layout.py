@@ -56,8 +56,8 @@ def test_every_module_lives_in_a_subpackage():
 
 
 # Commands with their own shape: convert's sub-command comes before its flags (its main()
-# parses them itself); format_text is pending the data-preparation work on that module.
-OWN_COMMAND_LINE = {"convert", "format_text"}
+# parses them itself).
+OWN_COMMAND_LINE = {"convert"}
 
 
 def test_every_command_turns_its_flags_into_a_dataclass_with_run_command():

@@ -29,7 +29,7 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 import bert_tf
 from bert_tf.data import pretraining_data, shards, wikipedia, workers
@@ -250,26 +250,30 @@ def _stage_counts(paths):
 
 # --------------------------------------------------------------------------- command line
 
-FLAGS = flags.FLAGS
-
 
 def define_flags():
+    """Defines the flags (defaults from DatasetConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(DatasetConfig)}
     flags.DEFINE_string("input_files", None, "Comma-separated files or globs: Wikipedia dumps "
                         "(*.xml, *.xml.bz2, ...) and/or sentence-per-line text shards.")
     flags.DEFINE_string("output_dir", None, "Where documents/, phase*/ and manifest.json go.")
     flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary file.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased vocabs).")
-    flags.DEFINE_list("phases", ["128:20", "512:80"],
+    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
+                      "Lower-case and strip accents (uncased vocabs).")
+    flags.DEFINE_list("phases", [f"{seq}:{predictions}" for seq, predictions in d["phases"]],
                       "max_seq_length:max_predictions_per_seq per phase (NVIDIA's 2 phases).")
-    flags.DEFINE_integer("dupe_factor", 5, "Passes over the data with different masks (NVIDIA).")
-    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
-    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
-    flags.DEFINE_bool("do_whole_word_mask", False, "Mask whole words.")
-    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
-    flags.DEFINE_float("shard_mb", 64.0, "Size of a document shard (the unit of parallel work "
-                       "and of memory use): the shard count follows the corpus size.")
-    flags.DEFINE_integer("num_workers", 1, "Worker processes on this machine.")
-    flags.DEFINE_bool("progress", True, "Show a progress bar per stage on stderr.")
+    flags.DEFINE_integer("dupe_factor", d["dupe_factor"],
+                         "Passes over the data with different masks (NVIDIA).")
+    flags.DEFINE_float("masked_lm_prob", d["masked_lm_prob"], "Masked LM probability.")
+    flags.DEFINE_float("short_seq_prob", d["short_seq_prob"],
+                       "Probability of a shorter target length.")
+    flags.DEFINE_bool("do_whole_word_mask", d["do_whole_word_mask"], "Mask whole words.")
+    flags.DEFINE_integer("random_seed", d["random_seed"], "Random seed for data generation.")
+    flags.DEFINE_float("shard_mb", d["shard_mb"], "Size of a document shard (the unit of "
+                       "parallel work and of memory use): the shard count follows the corpus "
+                       "size.")
+    flags.DEFINE_integer("num_workers", d["num_workers"], "Worker processes on this machine.")
+    flags.DEFINE_bool("progress", d["progress"], "Show a progress bar per stage on stderr.")
     flags.mark_flags_as_required(["input_files", "output_dir", "vocab_file"])
 
 
@@ -281,27 +285,20 @@ def parse_phases(values):
                            "pairs such as 128:20,512:80") from None
 
 
-def config_from_flags():
-    return DatasetConfig(
-        input_files=FLAGS.input_files, output_dir=FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case, phases=parse_phases(FLAGS.phases),
-        dupe_factor=FLAGS.dupe_factor, masked_lm_prob=FLAGS.masked_lm_prob,
-        short_seq_prob=FLAGS.short_seq_prob, do_whole_word_mask=FLAGS.do_whole_word_mask,
-        random_seed=FLAGS.random_seed, shard_mb=FLAGS.shard_mb, num_workers=FLAGS.num_workers,
-        progress=FLAGS.progress)
+def config_from_flags(flag_values):
+    """The DatasetConfig of the parsed flags (--phases as (seq, predictions) pairs);
+    DatasetError on a malformed --phases."""
+    return bert_tf.config_from_flags(DatasetConfig, flag_values,
+                                     phases=parse_phases(flag_values["phases"].value))
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    from bert_tf.data.tokenization import VocabError
-
+def run(config: DatasetConfig) -> int:
+    """Prepares the dataset and prints its counts; returns the exit status (128 + the signal
+    when interrupted). DatasetError, InputDataError, PretrainingDataError, VocabError on bad
+    input."""
     try:
         with workers.interruptible():
-            manifest = prepare_dataset(config_from_flags())
-    except (DatasetError, InputDataError, pretraining_data.PretrainingDataError, VocabError) as e:
-        print(f"prepare_dataset: error: {e}", file=sys.stderr)
-        return 2
+            manifest = prepare_dataset(config)
     except workers.Interrupted as e:
         print(f"prepare_dataset: {e}: finished shards are kept; rerun the same command to "
               "continue", file=sys.stderr)
@@ -309,10 +306,13 @@ def main(argv):
     if manifest is not None:
         for stage, counts in manifest["stages"].items():
             print(f"{stage}: {len(counts['shards'])} shards, {counts['total']}")
-        print(f"manifest: {os.path.join(FLAGS.output_dir, MANIFEST)}")
+        print(f"manifest: {os.path.join(config.output_dir, MANIFEST)}")
     return 0
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    from bert_tf.data.tokenization import VocabError
+
+    bert_tf.run_command(define_flags, config_from_flags, run, errors=(
+        DatasetError, InputDataError, pretraining_data.PretrainingDataError, VocabError),
+        error_status=2)

@@ -14,12 +14,14 @@ Documents are dealt round-robin to the shards, so every shard mixes all input fi
 create_pretraining_data.py finds "random next" segments from other books in each shard.
 """
 
+import dataclasses
 import os
 import sys
 
 import blingfire
-from absl import app, flags
+from absl import flags
 
+import bert_tf
 from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
@@ -161,41 +163,46 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
     return stats
 
 
-FLAGS = flags.FLAGS
+@dataclasses.dataclass
+class FormatTextConfig:
+    input_files: str  # comma-separated files or globs
+    output_dir: str
+    num_shards: int = 1
+    input_format: str = "paragraphs"  # or "lines"
+    max_document_chars: int = 20000
+    min_document_chars: int = 200
 
 
 def define_flags():
+    """Defines the flags (defaults from FormatTextConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(FormatTextConfig)}
     flags.DEFINE_string("input_files", None, "Comma-separated files or globs of UTF-8 text.")
     flags.DEFINE_string("output_dir", None, "Where the shards are written.")
-    flags.DEFINE_integer("num_shards", 1, "Number of output files.", lower_bound=1)
-    flags.DEFINE_enum("input_format", "paragraphs", ["paragraphs", "lines"],
+    flags.DEFINE_integer("num_shards", d["num_shards"], "Number of output files.", lower_bound=1)
+    flags.DEFINE_enum("input_format", d["input_format"], ["paragraphs", "lines"],
                       "paragraphs: hard-wrapped text, blank lines between paragraphs; "
                       "lines: one document per line.")
-    flags.DEFINE_integer("max_document_chars", 20000,
+    flags.DEFINE_integer("max_document_chars", d["max_document_chars"],
                          "paragraphs format: cut a longer section into documents.")
-    flags.DEFINE_integer("min_document_chars", 200,
+    flags.DEFINE_integer("min_document_chars", d["min_document_chars"],
                          "paragraphs format: merge a shorter section into the next one.")
     flags.mark_flags_as_required(["input_files", "output_dir"])
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def run(config: FormatTextConfig) -> int:
+    """Writes the shards and prints their counts; returns the exit status. FormatTextError on
+    bad input."""
     try:
-        files = expand_patterns(FLAGS.input_files)
-        stats = format_files(files, FLAGS.output_dir, FLAGS.num_shards, FLAGS.input_format,
-                             FLAGS.max_document_chars, FLAGS.min_document_chars)
+        files = expand_patterns(config.input_files)
+        stats = format_files(files, config.output_dir, config.num_shards, config.input_format,
+                             config.max_document_chars, config.min_document_chars)
     except InputDataError as e:
-        print(f"format_text: error: --input_files: {e}", file=sys.stderr)
-        return 2
-    except FormatTextError as e:
-        print(f"format_text: error: {e}", file=sys.stderr)
-        return 2
+        raise FormatTextError(f"--input_files: {e}") from e
     print(f"{stats['files']} files -> {stats['documents']} documents, {stats['sentences']} "
-          f"sentences in {FLAGS.num_shards} shard(s) under {FLAGS.output_dir}")
+          f"sentences in {config.num_shards} shard(s) under {config.output_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, FormatTextConfig, run, errors=(FormatTextError,),
+                        error_status=2)

@@ -19,6 +19,7 @@ blank line between articles, in shards that create_pretraining_data.py reads.
 - Paragraphs are split into sentences by format_text's splitter (blingfire; CJK as there).
 """
 
+import dataclasses
 import glob
 import html
 import os
@@ -26,9 +27,10 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-from absl import app, flags
+from absl import flags
 from mwparserfromhell.parser import Parser, tokens
 
+import bert_tf
 from bert_tf.data import shards, workers
 from bert_tf.data.files import (
     InputDataError,
@@ -413,40 +415,47 @@ def extract_dumps(dumps, output_dir, shard_bytes, num_workers, progress, rank=0,
 
 # --------------------------------------------------------------------------- command line
 
-FLAGS = flags.FLAGS
+
+@dataclasses.dataclass
+class WikipediaConfig:
+    input_files: str  # comma-separated dumps or globs
+    output_dir: str
+    shard_mb: float = 64.0
+    num_workers: int = 1
+    progress: bool = True
 
 
 def define_flags():
+    """Defines the flags (defaults from WikipediaConfig)."""
+    d = {f.name: f.default for f in dataclasses.fields(WikipediaConfig)}
     flags.DEFINE_string("input_files", None, "Comma-separated dumps or globs: "
                         "*-pages-articles*.xml, .xml.bz2, .gz or .xz.")
     flags.DEFINE_string("output_dir", None, "Where the document shards wikiNNN-NNNNN.txt go.")
-    flags.DEFINE_float("shard_mb", 64.0, "Size of a document shard in MB of text.")
-    flags.DEFINE_integer("num_workers", 1, "Worker processes for the wikitext.", lower_bound=1)
-    flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
+    flags.DEFINE_float("shard_mb", d["shard_mb"], "Size of a document shard in MB of text.")
+    flags.DEFINE_integer("num_workers", d["num_workers"], "Worker processes for the wikitext.",
+                         lower_bound=1)
+    flags.DEFINE_bool("progress", d["progress"], "Show a progress bar on stderr.")
     flags.mark_flags_as_required(["input_files", "output_dir"])
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def run(config: WikipediaConfig) -> int:
+    """Extracts the dumps into document shards; returns the exit status (128 + the signal when
+    interrupted). InputDataError, OutputDirError on bad input."""
+    dumps = expand_patterns(config.input_files)
+    check_writable(config.output_dir, "output_dir")
     try:
-        dumps = expand_patterns(FLAGS.input_files)
-        check_writable(FLAGS.output_dir, "output_dir")
         with workers.interruptible():
-            extract_dumps(dumps, FLAGS.output_dir, FLAGS.shard_mb * 1e6, FLAGS.num_workers,
-                          FLAGS.progress)
-    except (InputDataError, OutputDirError) as e:
-        print(f"wikipedia: error: {e}", file=sys.stderr)
-        return 2
+            extract_dumps(dumps, config.output_dir, config.shard_mb * 1e6, config.num_workers,
+                          config.progress)
     except workers.Interrupted as e:
         print(f"wikipedia: {e}: finished shards are kept; rerun the same command to continue",
               file=sys.stderr)
         return 128 + e.signum
-    names = sorted(glob.glob(os.path.join(glob.escape(FLAGS.output_dir), "wiki*-*.txt")))
-    print(f"{len(dumps)} dump(s) -> {len(names)} document shard(s) under {FLAGS.output_dir}")
+    names = sorted(glob.glob(os.path.join(glob.escape(config.output_dir), "wiki*-*.txt")))
+    print(f"{len(dumps)} dump(s) -> {len(names)} document shard(s) under {config.output_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    bert_tf.run_command(define_flags, WikipediaConfig, run,
+                        errors=(InputDataError, OutputDirError), error_status=2)
