@@ -43,8 +43,11 @@ def interruptible():
 
 def die_with_parent(parent_pid, initializer=None):
     """Worker initializer: killed when its parent dies; Ctrl-C left to the parent (it reaches
-    the whole process group, and the parent stops the workers itself)."""
+    the whole process group, and the parent stops the workers itself); SIGTERM kills at once
+    (Pool.terminate sends it: a forked worker must not inherit the parent's `interruptible`
+    handler, which a worker blocked on the task queue's lock never runs, hanging terminate)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
