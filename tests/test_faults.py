@@ -35,6 +35,7 @@ from bert_tf.tools import estimate
 from bert_tf.train import distributed, faults, loop
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
+from bert_tf.train.state import INPUT_POSITION
 
 data = test_training.data  # the tiny records and bert_config (a session fixture)
 LONG = 900  # seconds a multi-process run may take on a busy shared machine
@@ -244,7 +245,7 @@ def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
                 env=ONE_THREAD, timeout=LONG)
     before = checkpoint_values(output_dir / "model.ckpt-4")
     assert list(before[loop.RUN_LAYOUT]) == [2, 8, 1]
-    assert before[loop.INPUT_POSITION] == 4
+    assert before[INPUT_POSITION] == 4
 
     with pytest.raises(loop.TrainingError, match=r"2 rank\(s\) x 1 micro-batch\(es\) x 8 = 16 "
                                                  r"sequences per update; this run has 1 "):
@@ -255,7 +256,7 @@ def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "input position re-derived to 8 micro-batches per rank" in out, out
     after = checkpoint_values(output_dir / "model.ckpt-6")
-    assert after[loop.INPUT_POSITION] == 8 + 2 * 2
+    assert after[INPUT_POSITION] == 8 + 2 * 2
     assert list(after[loop.RUN_LAYOUT]) == [1, 8, 2]
 
 
