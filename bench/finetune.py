@@ -4,7 +4,8 @@ Rows (each its own run_finetuning.py process, same flags, timed from start to ex
   - all-MiniLM-L6-v2 (Hugging Face weights converted with bert_tf.model.convert.hf_to_tf);
   - the same architecture from random initialisation (target: >= 5 points lower);
   - optionally a checkpoint of ours (--pretrained_dir: the demo's output, with bert_config.json
-    and the vocab it was trained with).
+    and the vocab it was trained with), and its architecture from random initialisation (the
+    fair baseline for it: MiniLM's random-init row is a larger model).
 Then fine-tuning throughput next to Hugging Face's BertForTokenClassification (MiniLM, same
 encoded batches, same thread count) in the benchmark venv of bench/setup_peers.sh.
 
@@ -148,9 +149,12 @@ def main():
             common.write_results(args.results_stem, record, markdown(record))
         if args.pretrained_dir:
             pretrained = Path(args.pretrained_dir)
-            record["rows"].append(finetune_row(
-                args, f"ours ({pretrained})", data_dir, work / "ours",
-                pretrained / "bert_config.json", args.pretrained_vocab, pretrained))
+            for name, init in ((f"ours ({pretrained})", pretrained),
+                               ("its architecture, random init", None)):
+                record["rows"].append(finetune_row(
+                    args, name, data_dir, work / f"ours_{'random' if init is None else 'init'}",
+                    pretrained / "bert_config.json", args.pretrained_vocab, init))
+                common.write_results(args.results_stem, record, markdown(record))
         if not args.skip_hf:
             # Throughput side by side: a short run of ours (about as many updates as the peer
             # times), then the peer, one after the other under the same load.
