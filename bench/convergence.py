@@ -70,6 +70,8 @@ def parse_args(argv=None):
     p.add_argument("--optimizer_type", choices=("adamw", "lamb"), default="adamw")
     p.add_argument("--learning_rate", type=float, default=1e-3)
     p.add_argument("--weight_decay_rate", type=float, default=0.01)
+    p.add_argument("--dropout", type=float, default=0.1,
+                   help="hidden and attention dropout of the model (Google's 0.1)")
     p.add_argument("--dupe_factor", type=int, default=2)
     p.add_argument("--max_eval_records", type=int, default=1024)
     p.add_argument("--runs", default="bert_tf,bert_tf_2rank,hf",
@@ -153,8 +155,8 @@ def bert_config(args):
     return {"vocab_size": sum(1 for _ in open(args.vocab_file, encoding="utf-8")),
             "hidden_size": args.hidden_size, "num_hidden_layers": args.num_layers,
             "num_attention_heads": args.num_heads, "intermediate_size": 4 * args.hidden_size,
-            "max_position_embeddings": 512, "hidden_dropout_prob": 0.1,
-            "attention_probs_dropout_prob": 0.1}
+            "max_position_embeddings": 512, "hidden_dropout_prob": args.dropout,
+            "attention_probs_dropout_prob": args.dropout}
 
 
 def make_initial_weights(args, shape_dir):
@@ -360,7 +362,8 @@ def main(argv=None):
     train_npz = records_to_npz(patterns["train"], data_dir / "train.npz")
     eval_npz = records_to_npz(patterns["eval"], data_dir / f"eval-{args.max_eval_records}.npz",
                               args.max_eval_records)
-    shape_dir = args.work_dir / f"L{args.num_layers}_H{args.hidden_size}_A{args.num_heads}"
+    shape_dir = args.work_dir / (f"L{args.num_layers}_H{args.hidden_size}_A{args.num_heads}"
+                                 + (f"_dropout{args.dropout:g}" if args.dropout != 0.1 else ""))
     config_file, init_checkpoint, hf_dir = make_initial_weights(args, shape_dir)
     results = {}
     for name in args.runs:
