@@ -44,15 +44,8 @@ def flag_defaults(config_class) -> dict:
     """{field: default} of a config dataclass, None for a field without one (a flag that
     has no default): what the shared flag groups (define_*_flags) take, so each command's
     flags default to its own config's values."""
-    defaults = {}
-    for field in dataclasses.fields(config_class):
-        if field.default is not dataclasses.MISSING:
-            defaults[field.name] = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            defaults[field.name] = field.default_factory()
-        else:
-            defaults[field.name] = None
-    return defaults
+    return {field.name: None if field.default is dataclasses.MISSING else field.default
+            for field in dataclasses.fields(config_class)}
 
 
 def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
