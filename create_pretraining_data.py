@@ -5,10 +5,10 @@ files over machines. See docs/data.md."""
 import dataclasses
 import sys
 
-from absl import app, flags
+from absl import flags
 
 import bert_tf
-from bert_tf.data import pretraining_data, workers
+from bert_tf.data import pretraining_data, shared_flags, workers
 
 
 @dataclasses.dataclass
@@ -37,52 +37,37 @@ class CreatePretrainingDataConfig:
             random_seed=self.random_seed, dynamic_masking=self.dynamic_masking)
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CreatePretrainingDataConfig)}
-
-flags.DEFINE_string("input_file", None,
-                    "Input text file(s): comma-separated list of files or globs. Each file is one "
-                    "shard: the unit of parallel work and of memory use.")
-flags.DEFINE_string("output_file", None,
-                    "Output TFRecord file(s): comma-separated list, or one name with a {shard} "
-                    "field (e.g. out/part-{shard:05d}.tfrecord) for one output per input file.")
-flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary file (one token per line).")
-flags.DEFINE_bool("do_lower_case", _DEFAULTS["do_lower_case"],
-                  "Lower-case and strip accents (True for uncased vocabs, False for cased).")
-flags.DEFINE_bool("do_whole_word_mask", _DEFAULTS["do_whole_word_mask"],
-                  "Mask whole words (all WordPieces of a word) instead of single WordPieces.")
-flags.DEFINE_integer("max_seq_length", _DEFAULTS["max_seq_length"], "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", _DEFAULTS["max_predictions_per_seq"],
-                     "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("random_seed", _DEFAULTS["random_seed"], "Random seed for data generation.")
-flags.DEFINE_integer("dupe_factor", _DEFAULTS["dupe_factor"],
-                     "Number of times to duplicate the input data (with different masks).")
-flags.DEFINE_float("masked_lm_prob", _DEFAULTS["masked_lm_prob"], "Masked LM probability.")
-flags.DEFINE_float("short_seq_prob", _DEFAULTS["short_seq_prob"],
-                   "Probability of creating sequences which are shorter than the maximum length.")
-flags.DEFINE_integer("num_workers", _DEFAULTS["num_workers"],
-                     "Worker processes on this machine (one input file each).")
-flags.DEFINE_bool("dynamic_masking", _DEFAULTS["dynamic_masking"],
-                  "Write unmasked records (masked_lm_* all zero) for masking in the input "
-                  "pipeline at every step (RoBERTa style, input_pipeline.DynamicMasking).")
-flags.DEFINE_bool("progress", _DEFAULTS["progress"], "Show a progress bar on stderr.")
-flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
+def define_flags():
+    """Google's flags, defaults from CreatePretrainingDataConfig, plus --num_workers."""
+    d = bert_tf.flag_defaults(CreatePretrainingDataConfig)
+    flags.DEFINE_string("input_file", None,
+                        "Input text file(s): comma-separated list of files or globs. Each file "
+                        "is one shard: the unit of parallel work and of memory use.")
+    flags.DEFINE_string("output_file", None,
+                        "Output TFRecord file(s): comma-separated list, or one name with a "
+                        "{shard} field (e.g. out/part-{shard:05d}.tfrecord) for one output per "
+                        "input file.")
+    shared_flags.define_vocab_flags(d)
+    flags.DEFINE_integer("max_seq_length", d["max_seq_length"], "Maximum sequence length.")
+    flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"],
+                         "Maximum number of masked LM predictions per sequence.")
+    shared_flags.define_instance_flags(d)
+    flags.DEFINE_bool("dynamic_masking", d["dynamic_masking"],
+                      "Write unmasked records (masked_lm_* all zero) for masking in the input "
+                      "pipeline at every step (RoBERTa style, input_pipeline.DynamicMasking).")
+    shared_flags.define_worker_flags(d)
+    flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    from bert_tf.data.tokenization import VocabError
-
-    config = bert_tf.config_from_flags(CreatePretrainingDataConfig, flags.FLAGS)
+def run(config: CreatePretrainingDataConfig) -> int:
+    """Writes the records and prints their summary; returns the exit status (128 + the signal
+    when interrupted). PretrainingDataError, VocabError on bad input."""
     try:
         with workers.interruptible():
             summary = pretraining_data.create_pretraining_data(
                 config.input_file, config.output_file, config.vocab_file, config.do_lower_case,
                 config.instance_config(), num_workers=config.num_workers,
                 progress=config.progress)
-    except (pretraining_data.PretrainingDataError, VocabError) as e:
-        print(f"create_pretraining_data: error: {e}", file=sys.stderr)
-        return 2
     except workers.Interrupted as e:
         print(f"create_pretraining_data: {e}: workers stopped, temporary files removed, no "
               "output written; rerun the command to start again", file=sys.stderr)
@@ -93,4 +78,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from bert_tf.data.tokenization import VocabError
+
+    bert_tf.run_command(define_flags, CreatePretrainingDataConfig, run,
+                        errors=(pretraining_data.PretrainingDataError, VocabError),
+                        error_status=2)

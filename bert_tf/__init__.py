@@ -40,6 +40,14 @@ def config_from_flags(config_class, flag_values, **values):
     return config_class(**values)
 
 
+def flag_defaults(config_class) -> dict:
+    """{field: default} of a config dataclass, None for a field without one (a flag that
+    has no default): what the shared flag groups (define_*_flags) take, so each command's
+    flags default to its own config's values."""
+    return {field.name: None if field.default is dataclasses.MISSING else field.default
+            for field in dataclasses.fields(config_class)}
+
+
 def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
     """The entry point of every command: defines its absl flags, parses them into its
     configuration and exits with what `run` returns, or with `COMMAND: error: ...` on
@@ -67,8 +75,17 @@ def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
             print(f"{command_name()}: error: {e}", file=sys.stderr)
             return error_status
 
+    defined_before = set(flags.FLAGS)
     define_flags()
+    _list_in_help(set(flags.FLAGS) - defined_before)
     app.run(main)
+
+
+def _list_in_help(names) -> None:
+    """--help lists the key flags of the program's main module; a command's flags defined
+    elsewhere (the shared groups, a config module) are made its key flags so it lists them."""
+    for name in names:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
 
 def command_name() -> str:

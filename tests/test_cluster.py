@@ -12,18 +12,16 @@ the other node does not see). Needs root; `make test-cluster` runs it.
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+import tiny
 from cluster import INTERFACE, Cluster
 from conftest import PYTHON, REPO, run_command
+from tiny import ONE_THREAD, PREDICTIONS, SEQ, VENV_BIN, checkpoint_values
 
-VENV_BIN = Path(sys.executable).parent
 WORKER = REPO / "tests" / "cluster_worker.py"
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
-              "TF_NUM_INTEROP_THREADS": "1"}
 HOSTS = "nodeA:2,nodeB:2"
 
 # Missing sshd/ip fail (the set-up step installs them); only a non-root user skips.
@@ -93,34 +91,25 @@ def test_two_ranks_per_node_with_local_and_cross_ranks(cluster, launcher, tmp_pa
 
 # ------------------------------------------------------------------ training
 
-SEQ, PREDICTIONS, STEPS = 64, 10, 12
-TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=128, hidden_dropout_prob=0.1,
-                 attention_probs_dropout_prob=0.1, max_position_embeddings=SEQ)
+STEPS = 12
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, shared_data):
     root = tmp_path_factory.mktemp("cluster_data")
-    text = (shared_data / "corpora" / "gutenberg" / "austen-emma.txt").read_text()
-    (root / "train.txt").write_text(text[:60_000])
-    run_command([PYTHON, REPO / "create_pretraining_data.py", f"--input_file={root / 'train.txt'}",
-                 f"--output_file={root / 'train.tfrecord'}",
-                 f"--vocab_file={shared_data / 'vocab' / 'bert-base-uncased.txt'}",
-                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
-                 "--dupe_factor=1", "--noprogress"], env=ONE_THREAD)
-    (root / "bert_config.json").write_text(json.dumps(TINY_BERT))
+    (root / "train.txt").write_text(tiny.emma(shared_data)[:60_000])
+    tiny.make_records([root / "train.txt"], [root / "train.tfrecord"],
+                      tiny.vocab_file(shared_data), 1)
+    tiny.write_bert_config(root / "bert_config.json", dropout=0.1)
     return root
 
 
 def training_flags(data, output_dir) -> list[str]:
     """Dropout on: the same weights after a resume also need the same dropout masks."""
-    return [f"--bert_config_file={data / 'bert_config.json'}",
-            f"--input_files={data / 'train.tfrecord'}", f"--output_dir={output_dir}",
-            "--do_train", "--train_batch_size=4", f"--max_seq_length={SEQ}",
-            f"--max_predictions_per_seq={PREDICTIONS}", f"--num_train_steps={STEPS}",
-            "--num_warmup_steps=2", "--learning_rate=2e-3", "--save_checkpoints_steps=3",
-            "--log_every_n_steps=3", "--peer_timeout_seconds=60"]
+    return tiny.as_flags(tiny.training_settings(
+        bert_config_file=data / "bert_config.json", input_files=data / "train.tfrecord",
+        output_dir=output_dir, num_train_steps=STEPS, num_warmup_steps=2, learning_rate=2e-3,
+        save_checkpoints_steps=3, log_every_n_steps=3, peer_timeout_seconds=60))
 
 
 def launch_args(cluster, launcher) -> list:
@@ -131,13 +120,6 @@ def launch_args(cluster, launcher) -> list:
     if launcher == "horovodrun":
         return args + ["--controller=gloo"]
     return args + ["--forward_env=" + ",".join(cluster_env(cluster))]
-
-
-def checkpoint_values(prefix):
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 def assert_same_weights(a, b):

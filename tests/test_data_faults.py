@@ -10,11 +10,13 @@ import signal
 import subprocess
 import time
 
+import numpy as np
 import psutil
 import pytest
 from conftest import PYTHON, REPO, run_command
 
 from bert_tf.data import pretraining_data as pdata
+from bert_tf.data import records
 from bert_tf.data.files import InputDataError, decode_text
 from bert_tf.data.format_text import FormatTextError, format_files
 
@@ -133,3 +135,62 @@ def test_decode_text_rules():
     assert decode_text(b"a stray \xff byte" * 10, "x")[1] == 10  # a few: replaced and counted
     with pytest.raises(InputDataError, match=r"input file y is not text: 10\.0% of its bytes"):
         decode_text(b"ten bytes\xff" * 100, "y")
+
+
+# ------------------------------------------------------------------ truncated records
+
+
+def _records_file(path, count):
+    """`count` records of 1 to 3000 random bytes; returns the byte offset of each."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    starts, offset = [], 0
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for size in rng.integers(1, 3000, count):
+            writer.write(rng.bytes(int(size)))
+            starts.append(offset)
+            offset += 16 + int(size)
+    return starts
+
+
+def test_records_cut_anywhere_are_found_with_the_offset_of_the_cut_record(tmp_path):
+    whole = tmp_path / "whole.tfrecord"
+    starts = _records_file(whole, 2000)  # about 3 MB: more than the tail the check reads
+    data = whole.read_bytes()
+    assert len(data) > 2 * records.TAIL_BYTES
+    assert records.truncated_at(str(whole)) is None
+    cut = tmp_path / "cut.tfrecord"
+    for length, expected in [(len(data) - 1, starts[-1]), (starts[-1] + 5, starts[-1]),
+                             (starts[-1], None), (starts[-700] + 100, starts[-700]),
+                             (starts[3] + 1, starts[3])]:
+        cut.write_bytes(data[:length])
+        assert records.truncated_at(str(cut)) == expected, length
+
+
+class _CountingFile:
+    def __init__(self, f, reads):
+        self.f, self.reads = f, reads
+
+    def read(self, size):
+        self.reads.append(size)
+        return self.f.read(size)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.f.close()
+
+
+def test_a_whole_records_file_is_checked_by_one_read_of_its_tail(tmp_path, monkeypatch):
+    path = tmp_path / "whole.tfrecord"
+    _records_file(path, 2000)
+    reads = []
+    monkeypatch.setattr(records, "open", lambda *args: _CountingFile(open(*args), reads),
+                        raising=False)
+    assert records.truncated_at(str(path)) is None
+    assert reads == [records.TAIL_BYTES]

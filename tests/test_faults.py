@@ -16,16 +16,8 @@ import psutil
 import pytest
 import test_training
 from conftest import PYTHON, REPO, run_command
-from test_training import (
-    ONE_THREAD,
-    TINY_BERT,
-    VENV_BIN,
-    _config,
-    checkpoint_values,
-    horovodrun,
-    mpirun,
-    pretraining_command,
-)
+from test_training import _config, horovodrun, mpirun, pretraining_command
+from tiny import ONE_THREAD, TINY_BERT, VENV_BIN, checkpoint_values
 
 from bert_tf.data import records
 from bert_tf.data.files import InputDataError

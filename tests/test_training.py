@@ -11,51 +11,43 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import psutil
 import pytest
 import tensorflow as tf
+import tiny
 from conftest import PYTHON, REPO, run_command
+from tiny import ONE_THREAD, PREDICTIONS, SEQ, VENV_BIN, checkpoint_values
 
 from bert_tf.data import input_pipeline, records
 from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig
 from bert_tf.train import distributed, loop
-from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
+from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 
-VENV_BIN = Path(sys.executable).parent
 WORKER = REPO / "tests" / "training_worker.py"
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
-SEQ, PREDICTIONS = 64, 10
-TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=128, hidden_dropout_prob=0.0,
-                 attention_probs_dropout_prob=0.0, max_position_embeddings=SEQ)
+PROCESS_RUN = dict(train_batch_size=8, num_train_steps=40, num_warmup_steps=4, learning_rate=2e-3,
+                   save_checkpoints_steps=10, log_every_n_steps=5, peer_timeout_seconds=60)
 
 
 @pytest.fixture(scope="session")
 def data(tmp_path_factory, shared_data):
     """Train/eval TFRecords from Emma (disjoint parts) and a tiny bert_config."""
     root = tmp_path_factory.mktemp("training_data")
-    text = (shared_data / "corpora" / "gutenberg" / "austen-emma.txt").read_text()
+    text = tiny.emma(shared_data)
     (root / "train.txt").write_text(text[:200_000])
     (root / "eval.txt").write_text(text[-80_000:])
-    run_command([PYTHON, REPO / "create_pretraining_data.py",
-                 f"--input_file={root / 'train.txt'},{root / 'eval.txt'}",
-                 f"--output_file={root / 'train.tfrecord'},{root / 'eval.tfrecord'}",
-                 f"--vocab_file={shared_data / 'vocab' / 'bert-base-uncased.txt'}",
-                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
-                 "--dupe_factor=2", "--noprogress"], env=ONE_THREAD)
-    config = root / "bert_config.json"
-    config.write_text(json.dumps(TINY_BERT))
+    tiny.make_records([root / "train.txt", root / "eval.txt"],
+                      [root / "train.tfrecord", root / "eval.tfrecord"],
+                      tiny.vocab_file(shared_data), 2)
+    config = tiny.write_bert_config(root / "bert_config.json")
     return SimpleNamespace(root=root, train=root / "train.tfrecord", eval=root / "eval.tfrecord",
-                           config=config, vocab=shared_data / "vocab" / "bert-base-uncased.txt")
+                           config=config, vocab=tiny.vocab_file(shared_data))
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +55,19 @@ def unmasked_train(data, tmp_path_factory):
     """About 85 unmasked records (create_pretraining_data.py --dynamic_masking)."""
     root = tmp_path_factory.mktemp("unmasked_data")
     (root / "train.txt").write_text((data.root / "train.txt").read_text()[:12_000])
-    run_command([PYTHON, REPO / "create_pretraining_data.py", f"--input_file={root / 'train.txt'}",
-                 f"--output_file={root / 'train.tfrecord'}", f"--vocab_file={data.vocab}",
-                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
-                 "--dupe_factor=1", "--dynamic_masking", "--noprogress"], env=ONE_THREAD)
+    tiny.make_records([root / "train.txt"], [root / "train.tfrecord"], data.vocab, 1,
+                      "--dynamic_masking")
     return root / "train.tfrecord"
 
 
 def dropout_config(directory):
-    path = directory / "bert_config_dropout.json"
-    path.write_text(json.dumps({**TINY_BERT, "hidden_dropout_prob": 0.1,
-                                "attention_probs_dropout_prob": 0.1}))
-    return path
+    return tiny.write_bert_config(directory / "bert_config_dropout.json", dropout=0.1)
 
 
 def pretraining_command(data, output_dir, **flags):
-    settings = dict(bert_config_file=data.config, input_files=data.train, output_dir=output_dir,
-                    do_train=True, train_batch_size=8, max_seq_length=SEQ,
-                    max_predictions_per_seq=PREDICTIONS, num_train_steps=40,
-                    num_warmup_steps=4, learning_rate=2e-3, save_checkpoints_steps=10,
-                    log_every_n_steps=5, peer_timeout_seconds=60)
-    settings.update(flags)
-    return [PYTHON, REPO / "run_pretraining.py",
-            *(f"--{k}={v}" if not isinstance(v, bool) else f"--{'' if v else 'no'}{k}"
-              for k, v in settings.items())]
+    settings = tiny.training_settings(bert_config_file=data.config, input_files=data.train,
+                                      output_dir=output_dir, **{**PROCESS_RUN, **flags})
+    return [PYTHON, REPO / "run_pretraining.py", *tiny.as_flags(settings)]
 
 
 def horovodrun(command):
@@ -96,11 +77,6 @@ def horovodrun(command):
 def mpirun(command):
     exports = [arg for name in ONE_THREAD for arg in ("-x", name)]
     return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", *exports, *command]
-
-
-def checkpoint_values(prefix):
-    reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 # ------------------------------------------------------------------ equivalence
@@ -362,18 +338,12 @@ def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
 
 
 def _config(data, output_dir, **overrides):
-    settings = dict(bert_config_file=str(data.config), input_files=str(data.train),
-                    output_dir=str(output_dir), do_train=True, train_batch_size=4,
-                    max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, num_train_steps=2,
-                    num_warmup_steps=0, learning_rate=1e-3, save_checkpoints_steps=2)
-    settings.update(overrides)
-    return PretrainingConfig(**settings)
+    paths = dict(bert_config_file=data.config, input_files=data.train, output_dir=output_dir)
+    return tiny.training_config(**{**paths, **overrides})
 
 
 def _small_vocab_config(data, tmp_path, vocab_size):
-    path = tmp_path / "small_vocab.json"
-    path.write_text(json.dumps({**TINY_BERT, "vocab_size": vocab_size}))
-    return str(path)
+    return str(tiny.write_bert_config(tmp_path / "small_vocab.json", vocab_size=vocab_size))
 
 
 def test_vocab_smaller_than_data_ids_is_caught_before_training(data, tmp_path):

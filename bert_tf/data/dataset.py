@@ -32,7 +32,7 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data import pretraining_data, shards, wikipedia, workers
+from bert_tf.data import pretraining_data, shards, shared_flags, wikipedia, workers
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
 
 MANIFEST = "manifest.json"
@@ -253,27 +253,18 @@ def _stage_counts(paths):
 
 def define_flags():
     """Defines the flags (defaults from DatasetConfig)."""
-    d = {f.name: f.default for f in dataclasses.fields(DatasetConfig)}
+    d = bert_tf.flag_defaults(DatasetConfig)
     flags.DEFINE_string("input_files", None, "Comma-separated files or globs: Wikipedia dumps "
                         "(*.xml, *.xml.bz2, ...) and/or sentence-per-line text shards.")
     flags.DEFINE_string("output_dir", None, "Where documents/, phase*/ and manifest.json go.")
-    flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary file.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case and strip accents (uncased vocabs).")
+    shared_flags.define_vocab_flags(d)
     flags.DEFINE_list("phases", [f"{seq}:{predictions}" for seq, predictions in d["phases"]],
                       "max_seq_length:max_predictions_per_seq per phase (NVIDIA's 2 phases).")
-    flags.DEFINE_integer("dupe_factor", d["dupe_factor"],
-                         "Passes over the data with different masks (NVIDIA).")
-    flags.DEFINE_float("masked_lm_prob", d["masked_lm_prob"], "Masked LM probability.")
-    flags.DEFINE_float("short_seq_prob", d["short_seq_prob"],
-                       "Probability of a shorter target length.")
-    flags.DEFINE_bool("do_whole_word_mask", d["do_whole_word_mask"], "Mask whole words.")
-    flags.DEFINE_integer("random_seed", d["random_seed"], "Random seed for data generation.")
+    shared_flags.define_instance_flags(d)
     flags.DEFINE_float("shard_mb", d["shard_mb"], "Size of a document shard (the unit of "
                        "parallel work and of memory use): the shard count follows the corpus "
                        "size.")
-    flags.DEFINE_integer("num_workers", d["num_workers"], "Worker processes on this machine.")
-    flags.DEFINE_bool("progress", d["progress"], "Show a progress bar per stage on stderr.")
+    shared_flags.define_worker_flags(d)
     flags.mark_flags_as_required(["input_files", "output_dir", "vocab_file"])
 
 

@@ -168,28 +168,102 @@ def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=
     return nonempty
 
 
+# The start-up check reads this much of a file's end, not every record header: a file cut by
+# an interrupted copy or a full disk ends inside its last record, which the headers of the
+# records before it in this window lead to. Records of BERT's schema are a few KiB.
+TAIL_BYTES = 1 << 20
+_HEADER, _FOOTER = 12, 4  # length (u64) and its masked CRC32C; the data's masked CRC32C
+
+
 def truncated_at(path):
     """Byte offset of a record cut short at the end of a TFRecord file, else None.
 
-    Follows the 12-byte record headers (length, length CRC) with seeks, so it reads about
-    12 bytes per record, not the data: a file cut by an interrupted copy or a full disk
-    ends inside a record."""
+    Reads the last TAIL_BYTES: when the checksummed headers from the first record found there
+    lead exactly to the end of the file, it is whole. Otherwise (a cut record, a small file,
+    records longer than the window) every header is followed from the start, which names the
+    offset of the record cut short."""
     import tensorflow as tf
 
     size = tf.io.gfile.stat(path).length
     opener = open if "://" not in path else tf.io.gfile.GFile  # local files: plain, faster
-    offset = 0
     with opener(path, "rb") as f:
-        while offset < size:
-            f.seek(offset)
-            header = f.read(12)
-            if len(header) < 12:
-                return offset
-            (length,) = struct.unpack("<Q", header[:8])
-            if offset + 16 + length > size:
-                return offset
-            offset += 16 + length
+        if size > TAIL_BYTES and _tail_is_whole(f, size):
+            return None
+        return _walk_headers(f, size)
+
+
+def _walk_headers(f, size):
+    """Follows every 12-byte record header (length, length CRC) with seeks: about 12 bytes
+    read per record. Returns the offset of the record that runs past `size`, or None."""
+    offset = 0
+    while offset < size:
+        f.seek(offset)
+        header = f.read(_HEADER)
+        if len(header) < _HEADER:
+            return offset
+        (length,) = struct.unpack("<Q", header[:8])
+        if offset + _HEADER + length + _FOOTER > size:
+            return offset
+        offset += _HEADER + length + _FOOTER
     return None
+
+
+def _tail_is_whole(f, size) -> bool:
+    """Whether the records of the file's last TAIL_BYTES end exactly at its end. The first
+    record there is found by its header and data checksums (a false match of both: about one
+    in 2**64), the rest by their header checksums."""
+    f.seek(size - TAIL_BYTES)
+    tail = f.read(TAIL_BYTES)
+    offset = _first_record(tail)
+    while offset is not None and offset + _HEADER <= len(tail):
+        length = _record_length(tail, offset)
+        if length is None:
+            return False
+        offset += _HEADER + length + _FOOTER
+    return offset == len(tail)
+
+
+def _first_record(tail):
+    """Offset of the first whole record in `tail` whose header and data checksums hold."""
+    for offset in range(len(tail) - _HEADER - _FOOTER + 1):
+        length = _record_length(tail, offset)
+        end = offset + _HEADER + (length or 0)
+        if length is not None and end + _FOOTER <= len(tail) and \
+                tail[end:end + _FOOTER] == _masked_crc32c(tail[offset + _HEADER:end]):
+            return offset
+    return None
+
+
+def _record_length(data, offset):
+    """The record length in the header at `offset` if its checksum holds, else None."""
+    length_bytes = data[offset:offset + 8]
+    if len(length_bytes) < 8 or struct.unpack("<Q", length_bytes)[0] > TAIL_BYTES:
+        return None  # not a header here, or a record the window cannot hold
+    if data[offset + 8:offset + _HEADER] != _masked_crc32c(length_bytes):
+        return None
+    return struct.unpack("<Q", length_bytes)[0]
+
+
+def _crc32c_table():
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def _masked_crc32c(data) -> bytes:
+    """TFRecord's checksum: CRC32C, rotated and offset ("masked"), little-endian."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
 def truncation_message(path, offset, flag):

@@ -1,6 +1,7 @@
 """run_pretraining flags (defined once, Google/NVIDIA names) and the plain
 `PretrainingConfig` they become, so other tools (doctor, estimate) can build
-and validate one without parsing flags."""
+and validate one without parsing flags. The flag groups run_finetuning shares
+(define_common_training_flags) are defined here, each default from the caller's config."""
 
 import dataclasses
 import re
@@ -132,79 +133,120 @@ def _check_patterns(flag: str, patterns) -> None:
                 f"--{flag}: {pattern!r} is not a regular expression ({e})") from None
 
 
+def define_model_flags(defaults: dict) -> None:
+    """The model a run starts from and where it writes (pretraining and fine-tuning)."""
+    flags.DEFINE_string("bert_config_file", defaults["bert_config_file"],
+                        "bert_config.json of the model.")
+    flags.DEFINE_string("init_checkpoint", defaults["init_checkpoint"],
+                        "Checkpoint (prefix or directory) to initialise the model weights from: "
+                        "ours (e.g. the end of phase 1), Google's bert_model.ckpt, or Hugging "
+                        "Face weights converted with python -m bert_tf convert. Optimizer state "
+                        "and step are not taken from it. Empty: random initialisation.")
+    flags.DEFINE_string("vocab_file", defaults["vocab_file"],
+                        "WordPiece vocab of the model and its data (pretraining needs it only "
+                        "for --dynamic_masking).")
+    flags.DEFINE_string("output_dir", defaults["output_dir"],
+                        "Checkpoints, metrics.jsonl, summaries and results go here. Rerunning "
+                        "pretraining with the same directory resumes; fine-tuning needs one "
+                        "that holds no fine-tuning run yet.")
+
+
+def define_batch_flags(defaults: dict) -> None:
+    """What a micro-batch holds and how many make an update (pretraining and fine-tuning)."""
+    flags.DEFINE_integer("max_seq_length", defaults["max_seq_length"],
+                         "Word pieces per sequence, [CLS] and [SEP] included. Pretraining: must "
+                         "match the records. Fine-tuning: longer sentences are split (tagging) "
+                         "or truncated (classification), and counted.")
+    flags.DEFINE_integer("train_batch_size", defaults["train_batch_size"],
+                         "Sequences per micro-batch per rank.")
+    flags.DEFINE_integer("eval_batch_size", defaults["eval_batch_size"],
+                         "Sequences per eval/predict batch per rank.")
+    flags.DEFINE_integer("num_accumulation_steps", defaults["num_accumulation_steps"],
+                         "Micro-batches accumulated per optimizer update.")
+
+
+def define_optimization_flags(defaults: dict) -> None:
+    """How an update is computed (pretraining and fine-tuning)."""
+    flags.DEFINE_float("learning_rate", defaults["learning_rate"], "Peak learning rate.")
+    flags.DEFINE_float("weight_decay_rate", defaults["weight_decay_rate"],
+                       "Decoupled weight decay (not applied to LayerNorm and bias).")
+    flags.DEFINE_enum("precision", defaults["precision"], PRECISIONS,
+                      "fp32; fp16 (dynamic loss scaling); bf16; amp (TF's automatic mixed "
+                      "precision graph rewrite: fp16 on GPU, bf16 on CPU).")
+    flags.DEFINE_bool("use_xla", defaults["use_xla"],
+                      "Compile the forward/backward computation with XLA (jit_compile).")
+    flags.DEFINE_bool("fp16_allreduce", defaults["fp16_allreduce"],
+                      "Compress gradients to float16 for the allreduce.")
+    flags.DEFINE_integer("seed", defaults["seed"],
+                         "Seed of the weight initialisation and the input order.")
+
+
+def define_run_flags(defaults: dict) -> None:
+    """What a run does, what it logs and when it gives up (pretraining and fine-tuning)."""
+    flags.DEFINE_bool("do_train", defaults["do_train"], "Train.")
+    flags.DEFINE_bool("do_eval", defaults["do_eval"],
+                      "Evaluate: pretraining on --eval_files after training; fine-tuning on the "
+                      "dev split after every epoch, keeping the best checkpoint in "
+                      "OUTPUT_DIR/best.")
+    flags.DEFINE_integer("log_every_n_steps", defaults["log_every_n_steps"],
+                         "Updates between metrics.jsonl / TensorBoard entries.")
+    flags.DEFINE_integer("max_nonfinite_updates", defaults["max_nonfinite_updates"],
+                         "Stop when this many updates in a row have non-finite gradients.")
+    flags.DEFINE_float("peer_timeout_seconds", defaults["peer_timeout_seconds"],
+                       "A multi-rank run exits with an error when no update completes for "
+                       "this long (a dead or hung peer); 0 disables.")
+
+
+def define_common_training_flags(defaults: dict) -> None:
+    """The flags run_pretraining and run_finetuning share, defaults from the caller's config
+    (bert_tf.flag_defaults)."""
+    define_model_flags(defaults)
+    define_batch_flags(defaults)
+    define_optimization_flags(defaults)
+    define_run_flags(defaults)
+
+
 def define_pretraining_flags() -> None:
     """Defines every run_pretraining flag (call once, before parsing)."""
-    d = PretrainingConfig.__dataclass_fields__
+    d = bert_tf.flag_defaults(PretrainingConfig)
+    define_common_training_flags(d)
     flags.DEFINE_string("input_files", "", "TFRecord files from create_pretraining_data.py: "
                         "comma-separated globs.")
     flags.DEFINE_string("eval_files", "", "TFRecord files for --do_eval: comma-separated globs.")
-    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
-    flags.DEFINE_string("init_checkpoint", "", "Checkpoint (prefix or directory) to initialise "
-                        "the model weights from, e.g. Google's bert_model.ckpt or the end of "
-                        "phase 1. Optimizer state and step are not taken from it.")
-    flags.DEFINE_string("output_dir", None, "Checkpoints, metrics.jsonl and TensorBoard "
-                        "summaries go here. Rerunning with the same directory resumes.")
-    flags.DEFINE_integer("train_batch_size", d["train_batch_size"].default,
-                         "Sequences per micro-batch per rank.")
-    flags.DEFINE_integer("eval_batch_size", d["eval_batch_size"].default,
-                         "Sequences per eval batch per rank.")
-    flags.DEFINE_integer("max_seq_length", d["max_seq_length"].default,
-                         "Sequence length of the records (must match the data).")
-    flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"].default,
+    flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"],
                          "Masked positions per record (must match the data).")
-    flags.DEFINE_bool("dynamic_masking", d["dynamic_masking"].default,
+    flags.DEFINE_bool("dynamic_masking", d["dynamic_masking"],
                       "Choose the masked positions anew at every step (RoBERTa style) on "
                       "unmasked records from create_pretraining_data.py --dynamic_masking. "
                       "Needs --vocab_file.")
-    flags.DEFINE_string("vocab_file", d["vocab_file"].default,
-                        "WordPiece vocab the data was made with (for --dynamic_masking).")
-    flags.DEFINE_integer("num_train_steps", d["num_train_steps"].default,
-                         "Optimizer updates to train for (each is num_accumulation_steps "
-                         "micro-batches on every rank).")
-    flags.DEFINE_integer("num_warmup_steps", d["num_warmup_steps"].default,
-                         "Updates of linear learning-rate warmup.")
-    flags.DEFINE_float("learning_rate", d["learning_rate"].default, "Peak learning rate.")
-    flags.DEFINE_enum("optimizer_type", d["optimizer_type"].default, OPTIMIZER_TYPES,
-                      "lamb (NVIDIA's recipes; poly decay power 0.5) or adamw (Google's "
-                      "AdamWeightDecay; linear decay).")
-    flags.DEFINE_float("weight_decay_rate", d["weight_decay_rate"].default,
-                       "Decoupled weight decay (not applied to LayerNorm and bias).")
-    flags.DEFINE_integer("num_accumulation_steps", d["num_accumulation_steps"].default,
-                         "Micro-batches accumulated per optimizer update.")
-    flags.DEFINE_enum("precision", d["precision"].default, PRECISIONS,
-                      "fp32; fp16 (dynamic loss scaling); bf16; amp (TF's automatic mixed "
-                      "precision graph rewrite: fp16 on GPU, bf16 on CPU).")
-    flags.DEFINE_bool("use_xla", d["use_xla"].default,
-                      "Compile the forward/backward computation with XLA (jit_compile).")
-    flags.DEFINE_bool("fp16_allreduce", d["fp16_allreduce"].default,
-                      "Compress gradients to float16 for the allreduce.")
-    flags.DEFINE_integer("save_checkpoints_steps", d["save_checkpoints_steps"].default,
-                         "Save a checkpoint every this many updates (and at the end).")
-    flags.DEFINE_integer("keep_checkpoint_max", d["keep_checkpoint_max"].default,
-                         "Checkpoints kept in --output_dir.")
-    flags.DEFINE_integer("log_every_n_steps", d["log_every_n_steps"].default,
-                         "Updates between metrics.jsonl / TensorBoard entries.")
-    flags.DEFINE_bool("do_train", False, "Train.")
-    flags.DEFINE_bool("do_eval", False, "Evaluate on --eval_files (after training if both).")
-    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"].default,
+    _define_schedule_flags(d)
+    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"],
                          "Maximum eval batches per rank.")
-    flags.DEFINE_integer("seed", d["seed"].default,
-                         "Seed of the weight initialisation and the input order.")
-    flags.DEFINE_integer("max_nonfinite_updates", d["max_nonfinite_updates"].default,
-                         "Stop when this many updates in a row have non-finite gradients.")
-    flags.DEFINE_float("peer_timeout_seconds", d["peer_timeout_seconds"].default,
-                       "A multi-rank run exits with an error when no update completes for "
-                       "this long (a dead or hung peer); 0 disables.")
-    flags.DEFINE_float("time_to_train_sequences", d["time_to_train_sequences"].default,
+    flags.DEFINE_float("time_to_train_sequences", d["time_to_train_sequences"],
                        "The final summary estimates the time to train on this many sequences "
                        "(default: Google's BERT-base schedule, 1M steps x 256).")
-    flags.DEFINE_list("exclude_from_layer_adaptation",
-                      list(d["exclude_from_layer_adaptation"].default),
+
+
+def _define_schedule_flags(d: dict) -> None:
+    """Pretraining's optimizer, schedule and checkpointing."""
+    flags.DEFINE_integer("num_train_steps", d["num_train_steps"],
+                         "Optimizer updates to train for (each is num_accumulation_steps "
+                         "micro-batches on every rank).")
+    flags.DEFINE_integer("num_warmup_steps", d["num_warmup_steps"],
+                         "Updates of linear learning-rate warmup.")
+    flags.DEFINE_enum("optimizer_type", d["optimizer_type"], OPTIMIZER_TYPES,
+                      "lamb (NVIDIA's recipes; poly decay power 0.5) or adamw (Google's "
+                      "AdamWeightDecay; linear decay).")
+    flags.DEFINE_list("exclude_from_layer_adaptation", list(d["exclude_from_layer_adaptation"]),
                       "LAMB: comma-separated regexes of the variables that get no trust ratio "
                       "(default: LayerNorm and bias, as NVIDIA's PyTorch LAMB). Empty "
                       "(--exclude_from_layer_adaptation=) gives every variable one, as NVIDIA's "
                       "TensorFlow 1 and 2 LAMB and launch/recipes/. Matched by name, so "
                       "--weight_decay_rate=0 does not change it.")
+    flags.DEFINE_integer("save_checkpoints_steps", d["save_checkpoints_steps"],
+                         "Save a checkpoint every this many updates (and at the end).")
+    flags.DEFINE_integer("keep_checkpoint_max", d["keep_checkpoint_max"],
+                         "Checkpoints kept in --output_dir.")
 
 
 def pretraining_config_from_flags(flag_values) -> PretrainingConfig:

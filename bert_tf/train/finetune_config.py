@@ -1,13 +1,14 @@
 """run_finetuning flags (defined once, Google's run_classifier.py names) and the plain
-`FinetuningConfig` they become. Flags shared with pretraining (--precision, --use_xla, ...) mean
-the same as there (bert_tf/train/config.py)."""
+`FinetuningConfig` they become. The flags shared with pretraining (--precision, --use_xla, ...)
+are defined once, in bert_tf/train/config.py (define_common_training_flags)."""
 
 import dataclasses
 
 from absl import flags
 
+import bert_tf
 from bert_tf.data.tasks import TASK_NAMES
-from bert_tf.train.config import PRECISIONS
+from bert_tf.train.config import PRECISIONS, define_common_training_flags
 
 
 class FinetuningConfigError(ValueError):
@@ -102,62 +103,31 @@ class FinetuningConfig:
 
 def define_finetuning_flags() -> None:
     """Defines every run_finetuning flag (call once, before parsing)."""
-    d = FinetuningConfig.__dataclass_fields__
+    d = bert_tf.flag_defaults(FinetuningConfig)
+    define_common_training_flags(d)
     flags.DEFINE_enum("task_name", None, TASK_NAMES, "The task: pos (CoNLL-U UPOS tagging), "
                       "GLUE cola/sst-2/mrpc/mnli, or tsv (see --text_a_column).")
     flags.DEFINE_string("data_dir", None, "Directory with the task's train/dev/test files "
                         "(train.tsv ... or *train.conllu ...).")
-    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pretrained model.")
-    flags.DEFINE_string("vocab_file", None, "WordPiece vocab the model was trained with.")
-    flags.DEFINE_string("output_dir", None, "Checkpoints, metrics.jsonl, eval_results.json "
-                        "and predictions go here (must not hold a fine-tuning run yet).")
-    flags.DEFINE_string("init_checkpoint", "", "Pretrained checkpoint (prefix or directory): "
-                        "ours, Google's bert_model.ckpt, or Hugging Face weights converted with "
-                        "python -m bert_tf convert. Empty: random initialisation.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"].default,
+    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
                       "Lower-case the text (uncased models).")
-    flags.DEFINE_integer("max_seq_length", d["max_seq_length"].default,
-                         "Word pieces per row, [CLS] and [SEP] included; longer sentences are "
-                         "split (tagging) or truncated (classification), and counted.")
-    flags.DEFINE_integer("train_batch_size", d["train_batch_size"].default,
-                         "Rows per micro-batch per rank.")
-    flags.DEFINE_integer("eval_batch_size", d["eval_batch_size"].default,
-                         "Rows per eval/predict batch.")
-    flags.DEFINE_float("learning_rate", d["learning_rate"].default, "Peak learning rate (AdamW).")
-    flags.DEFINE_float("num_train_epochs", d["num_train_epochs"].default,
+    flags.DEFINE_float("num_train_epochs", d["num_train_epochs"],
                        "Passes over the training data.")
-    flags.DEFINE_float("warmup_proportion", d["warmup_proportion"].default,
+    flags.DEFINE_float("warmup_proportion", d["warmup_proportion"],
                        "Share of the updates with linear warmup (then linear decay to 0).")
-    flags.DEFINE_bool("do_train", False, "Fine-tune on the train split.")
-    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split (after every epoch when "
-                      "training; the best checkpoint is kept in OUTPUT_DIR/best).")
-    flags.DEFINE_bool("do_predict", False, "Write predictions for the test split.")
-    flags.DEFINE_enum("precision", d["precision"].default, PRECISIONS,
-                      "As run_pretraining's --precision.")
-    flags.DEFINE_bool("use_xla", d["use_xla"].default, "Compile forward/backward with XLA.")
-    flags.DEFINE_integer("num_accumulation_steps", d["num_accumulation_steps"].default,
-                         "Micro-batches accumulated per optimizer update.")
-    flags.DEFINE_bool("fp16_allreduce", d["fp16_allreduce"].default,
-                      "Compress gradients to float16 for the allreduce.")
-    flags.DEFINE_float("weight_decay_rate", d["weight_decay_rate"].default,
-                       "AdamW decoupled weight decay (not for LayerNorm and bias).")
-    flags.DEFINE_integer("text_a_column", d["text_a_column"].default,
+    flags.DEFINE_bool("do_predict", d["do_predict"], "Write predictions for the test split.")
+    _define_tsv_flags(d)
+
+
+def _define_tsv_flags(d: dict) -> None:
+    flags.DEFINE_integer("text_a_column", d["text_a_column"],
                          "--task_name=tsv: 0-based column of the text.")
-    flags.DEFINE_integer("text_b_column", d["text_b_column"].default,
+    flags.DEFINE_integer("text_b_column", d["text_b_column"],
                          "--task_name=tsv: column of the second text of a pair; -1: none.")
-    flags.DEFINE_integer("label_column", d["label_column"].default,
+    flags.DEFINE_integer("label_column", d["label_column"],
                          "--task_name=tsv: column of the label (test.tsv needs none).")
-    flags.DEFINE_bool("tsv_has_header", d["tsv_has_header"].default,
+    flags.DEFINE_bool("tsv_has_header", d["tsv_has_header"],
                       "--task_name=tsv: skip the first line of each file.")
-    flags.DEFINE_integer("log_every_n_steps", d["log_every_n_steps"].default,
-                         "Updates between metrics.jsonl entries.")
-    flags.DEFINE_integer("seed", d["seed"].default,
-                         "Seed of the classifier's initialisation and the data order.")
-    flags.DEFINE_integer("max_nonfinite_updates", d["max_nonfinite_updates"].default,
-                         "Stop when this many updates in a row have non-finite gradients.")
-    flags.DEFINE_float("peer_timeout_seconds", d["peer_timeout_seconds"].default,
-                       "A multi-rank run exits with an error when no update completes for this "
-                       "long; 0 disables.")
 
 
 def finetuning_config_from_flags(flag_values) -> FinetuningConfig:

@@ -1,0 +1,70 @@
+"""The tiny model, records and training settings that the training, fault and cluster tests
+share: L2 H64 A2 I128 at sequence length 64, records made by create_pretraining_data.py from
+Emma, and the run_pretraining settings those fit."""
+
+import json
+import sys
+from pathlib import Path
+
+from conftest import PYTHON, REPO, run_command
+
+VENV_BIN = Path(sys.executable).parent
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+SEQ, PREDICTIONS = 64, 10
+TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=128, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0, max_position_embeddings=SEQ)
+TRAINING = dict(do_train=True, train_batch_size=4, max_seq_length=SEQ,
+                max_predictions_per_seq=PREDICTIONS, num_train_steps=2, num_warmup_steps=0,
+                learning_rate=1e-3, save_checkpoints_steps=2)
+"""A short in-process run; multi-process tests override steps, logging and peer timeout."""
+
+
+def emma(shared_data) -> str:
+    return (shared_data / "corpora" / "gutenberg" / "austen-emma.txt").read_text()
+
+
+def vocab_file(shared_data) -> Path:
+    return shared_data / "vocab" / "bert-base-uncased.txt"
+
+
+def write_bert_config(path, dropout=0.0, **overrides) -> Path:
+    """The tiny bert_config.json; dropout matters wherever a resume must redraw its masks."""
+    path.write_text(json.dumps({**TINY_BERT, "hidden_dropout_prob": dropout,
+                                "attention_probs_dropout_prob": dropout, **overrides}))
+    return path
+
+
+def make_records(text_files, record_files, vocab, dupe_factor, *extra_flags):
+    """create_pretraining_data.py at the tiny shape, one output file per text file."""
+    run_command([PYTHON, REPO / "create_pretraining_data.py",
+                 "--input_file=" + ",".join(map(str, text_files)),
+                 "--output_file=" + ",".join(map(str, record_files)), f"--vocab_file={vocab}",
+                 f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
+                 f"--dupe_factor={dupe_factor}", "--noprogress", *extra_flags], env=ONE_THREAD)
+
+
+def training_settings(**settings) -> dict:
+    """TRAINING with `settings` over it (bert_config_file, input_files, output_dir and any
+    overrides); paths as strings, as flags hold them."""
+    return {**TRAINING, **{k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}}
+
+
+def training_config(**settings):
+    # Imported when called, so that collecting test_cluster.py does not load TensorFlow.
+    from bert_tf.train.config import PretrainingConfig
+
+    return PretrainingConfig(**training_settings(**settings))
+
+
+def as_flags(settings: dict) -> list[str]:
+    """Settings as run_pretraining.py flags (booleans as --name / --noname)."""
+    return [f"--{k}={v}" if not isinstance(v, bool) else f"--{'' if v else 'no'}{k}"
+            for k, v in settings.items()]
+
+
+def checkpoint_values(prefix) -> dict:
+    import tensorflow as tf  # when called: see training_config
+
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
