@@ -110,7 +110,7 @@ def define_finetuning_flags() -> None:
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pretrained model.")
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab the model was trained with.")
     flags.DEFINE_string("output_dir", None, "Checkpoints, metrics.jsonl, eval_results.json "
-                        "and predictions go here (must not hold a fine-tuning run yet).")
+                        "and predictions go here; rerunning with the same directory resumes.")
     flags.DEFINE_string("init_checkpoint", "", "Pretrained checkpoint (prefix or directory): "
                         "ours, Google's bert_model.ckpt, or Hugging Face weights converted with "
                         "python -m bert_tf convert. Empty: random initialisation.")
