@@ -143,7 +143,7 @@ def train(state: FinetuningState, config: FinetuningConfig, data: TaskData,
                                   config.seed, skip_batches=int(state.input_position.numpy()))
     plan = loop.LoopPlan(global_batch, LOGGED_METRICS, steps_per_epoch, KEEP_CHECKPOINTS,
                          log_fields=lambda step: {"epoch": step / steps_per_epoch},
-                         after_update=best.after_update)
+                         after_step=best.after_step)
     started = time.perf_counter()
     outcome = loop.train_loop(state, batches, config, report, plan)
     summary.update({**outcome.meter.summary(0), "global_step": state.step,
@@ -178,7 +178,7 @@ class BestDev:
         metric = evaluation.MAIN_METRIC.get(self.config.task_name, "accuracy")
         return {"step": int(prefix.rsplit("-", 1)[1]), "metric": metric, "value": float(score)}
 
-    def after_update(self, step: int) -> None:
+    def after_step(self, step: int) -> None:
         config = self.config
         if config.do_eval and (step % self.steps_per_epoch == 0 or step == config.num_train_steps):
             self._keep_if_best()

@@ -172,11 +172,12 @@ class LoopPlan:
     # Extra metrics.jsonl fields at a step (fine-tuning: the epoch).
     log_fields: Callable[[int], dict] = lambda step: {}
     # Called after every update that stepped, before its checkpoint (fine-tuning: dev eval).
-    after_update: Callable[[int], None] = lambda step: None
+    after_step: Callable[[int], None] = lambda step: None
 
 
 @dataclasses.dataclass
 class LoopOutcome:
+    """How `train_loop` ended, for the caller's summary."""
     meter: "Throughput"
     metrics: dict | None = None  # the last update's
     stopped_by: str | None = None  # the signal's name, or that another rank got one
@@ -193,7 +194,7 @@ def nothing_to_train(state, config, report: Reporter) -> bool:
 def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> LoopOutcome:
     """Updates `state` from `batches` (this rank's micro-batches from its input position on)
     until config.num_train_steps. A SIGTERM/SIGINT to any rank stops every rank after the
-    same update, with a checkpoint; see `_after_update` for logging and saving."""
+    same update, with a checkpoint; see `_log_step_save` for logging and saving."""
     outcome = LoopOutcome(Throughput(plan.sequences_per_update))
     report.start_metrics(state.step)
     nonfinite_in_a_row = 0
@@ -212,7 +213,7 @@ def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> Loop
             nonfinite_in_a_row = 0 if finite else nonfinite_in_a_row + 1
             if not finite:
                 _check_nonfinite(state, config, nonfinite_in_a_row, report)
-            _after_update(state, config, report, plan, outcome, finite)
+            _log_step_save(state, config, report, plan, outcome, finite)
             watchdog.beat()
     if outcome.stopped_by:
         report.log(f"stopped at step {state.step} by {outcome.stopped_by}; checkpoint saved: "
@@ -220,9 +221,9 @@ def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> Loop
     return outcome
 
 
-def _after_update(state, config, report: Reporter, plan: LoopPlan, outcome: LoopOutcome,
+def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: LoopOutcome,
                   finite: bool) -> None:
-    """Logs every --log_every_n_steps, runs plan.after_update and saves every
+    """Logs every --log_every_n_steps, runs plan.after_step and saves every
     plan.save_every_n_steps, each also after the last update; saves when stopping."""
     step = state.step
     last = step == config.num_train_steps
@@ -231,7 +232,7 @@ def _after_update(state, config, report: Reporter, plan: LoopPlan, outcome: Loop
                         **{k: outcome.metrics[k] for k in plan.logged_metrics},
                         **outcome.meter.interval(), "num_ranks": distributed.size()})
     if finite:
-        plan.after_update(step)
+        plan.after_step(step)
     if finite and (step % plan.save_every_n_steps == 0 or last) or outcome.stopped_by:
         save(state, config, report, plan.keep_checkpoint_max)
 
