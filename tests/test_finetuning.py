@@ -1,6 +1,7 @@
-"""Fine-tuning: rank/accumulation layouts under real Horovod give the same weights, tagging and
-classification learn on real data, task files are read as Google reads them, and bad input gets
-a clear error or a counted warning.
+"""Fine-tuning: rank/accumulation layouts under real Horovod give the same weights, a stopped
+run resumes to the weights of an uninterrupted one, tagging and classification learn on real
+data, task files are read as Google reads them, and bad input gets a clear error or a counted
+warning.
 
 Data: UD English EWT (the shared test file, split into train/dev here) and passages of two
 Gutenberg books. Model: L2 H64 A2 I128 from random initialisation, no dropout.
@@ -8,8 +9,10 @@ Gutenberg books. Model: L2 H64 A2 I128 from random initialisation, no dropout.
 
 import dataclasses
 import json
+import os
 import random
 import re
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -107,6 +110,83 @@ def test_two_ranks_and_accumulation_equal_one_double_batch(ewt, tmp_path):
         assert weights.keys() == reference.keys()
         for name, value in reference.items():
             np.testing.assert_allclose(weights[name], value, atol=2e-6, rtol=0, err_msg=name)
+
+
+# ------------------------------------------------------------------ preemption and resume
+
+
+def sigterm_during_update(monkeypatch, update: int) -> None:
+    """The next run gets a SIGTERM (to this process, as a scheduler sends it) while it computes
+    `update`, the step it reaches by that update."""
+    original = finetune.FinetuningState.update
+
+    def update_and_signal(state, batches, stop_requested):
+        if state.step + 1 == update:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(state, batches, stop_requested)
+
+    monkeypatch.setattr(finetune.FinetuningState, "update", update_and_signal)
+
+
+def logged_metrics(output_dir):
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").open()]
+
+
+def test_stopped_runs_resume_to_the_weights_and_best_checkpoint_of_an_uninterrupted_run(
+        ewt, tmp_path, monkeypatch, capsys):
+    """Dropout 0.1; 37 updates, a dev evaluation and a checkpoint after each epoch of 12.
+    SIGTERM in update 17 stops run 1 after it, with a checkpoint; run 2 resumes there, knows
+    the best dev score of epoch 1, and is stopped in update 29; its newest checkpoint is then
+    cut short, so run 3 falls back to the epoch-2 checkpoint. The result equals an
+    uninterrupted run: final weights, best checkpoint, eval_results.json, metrics.jsonl."""
+    dropout_config = tmp_path / "bert_config.json"
+    dropout_config.write_text(json.dumps({**TINY_BERT, "hidden_dropout_prob": 0.1,
+                                          "attention_probs_dropout_prob": 0.1}))
+    flags = dict(train_batch_size=8, num_train_epochs=3.0, do_train=True, do_eval=True,
+                 log_every_n_steps=4)
+    reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
+    reference = finetune.run(finetuning_config(ewt.small, reference_dir, dropout_config,
+                                               ewt.vocab, **flags))
+    assert reference["train"]["global_step"] == 37  # 99 rows x 3 epochs // 8
+    config = finetuning_config(ewt.small, resumed_dir, dropout_config, ewt.vocab, **flags)
+    capsys.readouterr()
+
+    sigterm_during_update(monkeypatch, 17)
+    stopped = finetune.run(config)
+    out = capsys.readouterr().out
+    assert stopped["train"]["stopped_by"] == "SIGTERM" and "eval" not in stopped
+    assert "stopped at step 17 by SIGTERM; checkpoint saved" in out, out
+    assert checkpoints.latest_checkpoint(resumed_dir).endswith("model.ckpt-17")
+    epoch_1_score = re.search(r"step 12: dev accuracy (\S+)", out).group(1)
+
+    sigterm_during_update(monkeypatch, 29)
+    stopped = finetune.run(config)
+    out = capsys.readouterr().out
+    assert f"resumed from {resumed_dir}/model.ckpt-17 (step 17, input position 17)" in out, out
+    assert f"best dev accuracy so far {epoch_1_score} (step 12)" in out, out
+    assert stopped["train"]["stopped_by"] == "SIGTERM"
+    assert [os.path.basename(p) for p in checkpoints.listed_checkpoints(resumed_dir)] == [
+        "model.ckpt-29", "model.ckpt-24"]
+
+    monkeypatch.undo()
+    (resumed_dir / "model.ckpt-29.data-00000-of-00001").write_bytes(b"cut short")
+    resumed = finetune.run(config)
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {resumed_dir}/model.ckpt-29 is corrupt" in out, out
+    assert f"resumed from {resumed_dir}/model.ckpt-24 (step 24" in out, out
+
+    assert resumed["train"]["best_dev"] == reference["train"]["best_dev"]
+    assert (checkpoints.latest_checkpoint(resumed_dir / finetune.BEST_DIR).rsplit("/", 1)[1]
+            == checkpoints.latest_checkpoint(reference_dir / finetune.BEST_DIR).rsplit("/", 1)[1])
+    assert (json.loads((resumed_dir / "eval_results.json").read_text())
+            == json.loads((reference_dir / "eval_results.json").read_text()))
+    expected = final_weights(reference_dir)
+    for name, value in final_weights(resumed_dir).items():
+        np.testing.assert_allclose(value, expected[name], atol=1e-6, rtol=0, err_msg=name)
+    logged, reference_logged = logged_metrics(resumed_dir), logged_metrics(reference_dir)
+    assert [r["step"] for r in logged] == [r["step"] for r in reference_logged]
+    np.testing.assert_allclose([r["loss"] for r in logged],
+                               [r["loss"] for r in reference_logged], rtol=1e-5)
 
 
 # ------------------------------------------------------------------ learning on real data
@@ -281,12 +361,15 @@ def test_flag_errors(ewt, tmp_path):
         finetune.run(dataclasses.replace(config, do_train=True, train_batch_size=1000))
 
 
-def test_empty_split_and_an_output_dir_holding_a_run_fail(ewt, tmp_path):
+def test_empty_split_and_an_output_dir_holding_another_run_fail(ewt, tmp_path):
     (tmp_path / "train.tsv").write_text("label\ttext\n")
     config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
-                               task_name="tsv", tsv_has_header=True, do_train=True)
+                               task_name="tsv", tsv_has_header=True, do_train=True,
+                               train_batch_size=2)
     with pytest.raises(tasks.TaskDataError, match=r"train\.tsv: no examples"):
         finetune.run(config)
-    checkpoints.save_checkpoint({"global_step": tf.constant(3)}, tmp_path / "out", 3)
-    with pytest.raises(FinetuningConfigError, match="already holds a fine-tuning checkpoint"):
+    (tmp_path / "train.tsv").write_text("label\ttext\na\tgood film\nb\tbad film\n")
+    checkpoints.save_checkpoint({"global_step": tf.constant(3, tf.int64)}, tmp_path / "out", 3)
+    with pytest.raises(checkpoints.CheckpointMismatchError,
+                       match=r"model.ckpt-3 lacks \d+ variable\(s\) needed to resume exactly"):
         finetune.run(config)

@@ -280,8 +280,9 @@ def _stack(rows: list[dict]) -> dict:
 
 
 def train_batches(features: dict, batch_size: int, rank: int, num_ranks: int,
-                  num_micro_batches: int, seed: int):
-    """This rank's micro-batches, endlessly (the caller stops after its updates).
+                  num_micro_batches: int, seed: int, skip_batches: int = 0):
+    """This rank's micro-batches after its first `skip_batches` (a resumed run's input
+    position), endlessly (the caller stops after its updates).
 
     The examples are a stream of shuffled epochs (permutations seeded by `seed` and the epoch);
     update u takes the next batch_size * num_micro_batches * num_ranks of them and rank r its
@@ -292,11 +293,15 @@ def train_batches(features: dict, batch_size: int, rank: int, num_ranks: int,
     per_rank = batch_size * num_micro_batches
     global_batch = per_rank * num_ranks
     order, epoch = np.zeros([0], np.int64), 0
+    skip_updates = skip_batches // num_micro_batches  # a position lies between updates
     while True:
         while len(order) < global_batch:
             permutation = np.random.default_rng([seed, epoch]).permutation(num_rows)
             order, epoch = np.concatenate([order, permutation]), epoch + 1
         mine, order = order[rank * per_rank:(rank + 1) * per_rank], order[global_batch:]
+        if skip_updates:
+            skip_updates -= 1
+            continue
         for m in range(num_micro_batches):
             rows = mine[m * batch_size:(m + 1) * batch_size]
             yield {name: values[rows] for name, values in features.items()

@@ -147,8 +147,7 @@ def define_model_flags(defaults: dict) -> None:
                         "for --dynamic_masking).")
     flags.DEFINE_string("output_dir", defaults["output_dir"],
                         "Checkpoints, metrics.jsonl, summaries and results go here. Rerunning "
-                        "pretraining with the same directory resumes; fine-tuning needs one "
-                        "that holds no fine-tuning run yet.")
+                        "the same command with the same directory resumes.")
 
 
 def define_batch_flags(defaults: dict) -> None:

@@ -130,13 +130,6 @@ def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
     return hvd.grouped_allreduce(list(tensors), op=hvd.Sum, compression=compression)
 
 
-def any_rank(flag: bool) -> bool:
-    """True on every rank if `flag` is true on any rank (a scalar max-allreduce)."""
-    if hvd.size() == 1:
-        return bool(flag)
-    return bool(hvd.allreduce(tf.constant(int(flag)), op=hvd.Max, name="any_rank").numpy())
-
-
 def broadcast_variables(variables, root_rank: int = 0) -> None:
     if hvd.size() > 1:
         hvd.broadcast_variables(list(variables), root_rank=root_rank)

@@ -11,10 +11,14 @@ The run: read and encode the task's splits (bert_tf/data/tasks.py), initialise f
 --init_checkpoint, train for --num_train_epochs (metrics.jsonl as pretraining's), evaluate on dev
 after every epoch and keep the best weights in OUTPUT_DIR/best, then write eval_results.json
 (from the best weights), predictions.tsv for --do_predict, and a one-line summary.
+
+Training runs through pretraining's loop (loop.train_loop) and set-up: the output-dir lock,
+a checkpoint after every epoch (after its dev evaluation), stop on SIGTERM/SIGINT with a
+checkpoint, and a rerun of the same command resumes from the newest readable checkpoint at
+the same update and batch, with the best dev score read back from OUTPUT_DIR/best.
 """
 
 import dataclasses
-import math
 import os
 import time
 
@@ -39,6 +43,9 @@ from bert_tf.train.state import TrainState
 
 LOGGED_METRICS = ("loss", "accuracy", "learning_rate", "loss_scale", "grad_norm")
 BEST_DIR = "best"
+BEST_SCORE = "best_dev_score"  # saved with the best weights: a resumed run compares with it
+# The newest checkpoint and one to fall back on if it does not read back.
+KEEP_CHECKPOINTS = 2
 
 
 class FinetuningState(TrainState):
@@ -87,8 +94,7 @@ def run(config: FinetuningConfig) -> dict:
     config.validate()
     distributed.init()
     distributed.pin_gpu_to_local_rank()
-    with Reporter(config.output_dir, enabled=distributed.rank() == 0) as report:
-        _check_fresh_output_dir(config)
+    with loop.claimed_output_dir(config.output_dir) as report:
         bert_config = loop.load_bert_config(config.bert_config_file)
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
         loop._enable_amp(config, report)
@@ -97,10 +103,16 @@ def run(config: FinetuningConfig) -> dict:
             config = config.with_schedule(data.train.num_rows, distributed.size())
         tf.random.set_seed(config.seed)
         state = FinetuningState(bert_config, config, len(data.label_names))
-        _initialise(state, config, report)
+        if config.do_train:
+            loop.resume_or_initialise(state, config, report, _initialise)
+        else:
+            _initialise(state, config, report)
+            distributed.broadcast_variables(list(state.checkpoint_variables().values()))
         summary = {"task_name": config.task_name, "labels": data.label_names}
         if config.do_train:
             summary["train"] = train(state, config, data, report)
+            if summary["train"]["stopped_by"]:
+                return summary
             _restore_best(state, config, report)
         if config.do_eval:
             summary["eval"] = evaluate(state, config, data.dev, data, "dev")
@@ -113,56 +125,75 @@ def run(config: FinetuningConfig) -> dict:
 
 def train(state: FinetuningState, config: FinetuningConfig, data: TaskData,
           report: Reporter) -> dict:
-    """--num_train_epochs of updates; dev evaluation after every epoch keeps the best."""
+    """--num_train_epochs of updates (from a resumed run's step on); dev evaluation after every
+    epoch keeps the best, then a checkpoint is saved."""
     num_ranks = distributed.size()
     global_batch = config.global_batch_size(num_ranks)
     steps_per_epoch = max(1, data.train.num_rows // global_batch)
+    best = BestDev(state, config, data, report, steps_per_epoch)
+    summary = {"global_step": state.step, "ranks": num_ranks, "stopped_by": None,
+               "train_seconds": 0.0, "best_dev": best.best}
+    if loop.nothing_to_train(state, config, report):
+        return summary
     report.log(f"fine-tuning {config.task_name}: {data.train.num_rows} rows, "
                f"{config.num_train_steps} updates of {global_batch} ({num_ranks} rank(s)), "
                f"{config.num_warmup_steps} warmup, {config.precision}, xla={config.use_xla}")
     batches = tasks.train_batches(data.train.features, config.train_batch_size,
                                   distributed.rank(), num_ranks, config.num_accumulation_steps,
-                                  config.seed)
-    report.start_metrics(0)
-    meter, best, nonfinite_in_a_row = loop.Throughput(global_batch), None, 0
+                                  config.seed, skip_batches=int(state.input_position.numpy()))
+    plan = loop.LoopPlan(global_batch, LOGGED_METRICS, steps_per_epoch, KEEP_CHECKPOINTS,
+                         log_fields=lambda step: {"epoch": step / steps_per_epoch},
+                         after_step=best.after_step)
     started = time.perf_counter()
-    with distributed.Watchdog(config.peer_timeout_seconds) as watchdog:
-        while state.step < config.num_train_steps:
-            metrics = meter.time(lambda: state.update(batches))
-            watchdog.beat()
-            if not (metrics["finite"] and math.isfinite(metrics["loss"])):
-                nonfinite_in_a_row += 1
-                loop._check_nonfinite(state, config, nonfinite_in_a_row, report)
-                continue
-            nonfinite_in_a_row, step = 0, state.step
-            last = step == config.num_train_steps
-            if step % config.log_every_n_steps == 0 or last:
-                report.metrics({"step": step, "epoch": step / steps_per_epoch,
-                                **{k: metrics[k] for k in LOGGED_METRICS}, **meter.interval()})
-            if config.do_eval and (step % steps_per_epoch == 0 or last):
-                best = _keep_if_best(state, config, data, best, report)
-                watchdog.beat()
-    _save_final(state, config, report)
-    summary = {**meter.summary(0), "global_step": state.step, "ranks": num_ranks,
-               "train_seconds": time.perf_counter() - started, "final_loss": metrics["loss"],
-               "best_dev": best}
+    outcome = loop.train_loop(state, batches, config, report, plan)
+    summary.update({**outcome.meter.summary(0), "global_step": state.step,
+                    "stopped_by": outcome.stopped_by,
+                    "train_seconds": time.perf_counter() - started,
+                    "final_loss": outcome.metrics["loss"], "best_dev": best.best})
     for key in ("time_to_train_sequences", "time_to_train_hours"):
         summary.pop(key)
     report.summary("train_summary", summary)
     return summary
 
 
-def _keep_if_best(state, config, data, best, report) -> dict:
-    """Evaluates on dev; saves the weights to OUTPUT_DIR/best when the main metric improved."""
-    scores = evaluate(state, config, data.dev, data, "dev")
-    metric = scores["main_metric"]
-    report.log(f"step {state.step}: dev {metric} {scores[metric]:.4f}")
-    if best is not None and scores[metric] <= best["value"]:
-        return best
-    if report.enabled:
-        checkpoints.save_checkpoint(state.params, os.path.join(config.output_dir, BEST_DIR),
-                                    state.step, keep_max=1)
-    return {"step": state.step, "metric": metric, "value": scores[metric]}
+class BestDev:
+    """With --do_eval: scores dev after every epoch and the last update, and saves the weights
+    to OUTPUT_DIR/best when the task's main metric improved. A resumed run starts from the
+    score saved there, so it keeps the same best weights as an uninterrupted run."""
+
+    def __init__(self, state, config, data, report, steps_per_epoch: int):
+        self.state, self.config, self.data, self.report = state, config, data, report
+        self.steps_per_epoch = steps_per_epoch
+        self.directory = os.path.join(config.output_dir, BEST_DIR)
+        self.best = self._saved_best() if state.step > 0 else None
+        if self.best:
+            report.log(f"best dev {self.best['metric']} so far {self.best['value']:.4f} "
+                       f"(step {self.best['step']})")
+
+    def _saved_best(self) -> dict | None:
+        prefix = checkpoints.latest_checkpoint(self.directory)
+        score = checkpoints.checkpoint_tensor(prefix, BEST_SCORE) if prefix else None
+        if score is None:
+            return None
+        metric = evaluation.MAIN_METRIC.get(self.config.task_name, "accuracy")
+        return {"step": int(prefix.rsplit("-", 1)[1]), "metric": metric, "value": float(score)}
+
+    def after_step(self, step: int) -> None:
+        config = self.config
+        if config.do_eval and (step % self.steps_per_epoch == 0 or step == config.num_train_steps):
+            self._keep_if_best()
+
+    def _keep_if_best(self) -> None:
+        state = self.state
+        scores = evaluate(state, self.config, self.data.dev, self.data, "dev")
+        metric = scores["main_metric"]
+        self.report.log(f"step {state.step}: dev {metric} {scores[metric]:.4f}")
+        if self.best is not None and scores[metric] <= self.best["value"]:
+            return
+        if self.report.enabled:
+            tensors = {**state.params, BEST_SCORE: tf.constant(scores[metric], tf.float64)}
+            checkpoints.save_checkpoint(tensors, self.directory, state.step, keep_max=1)
+        self.best = {"step": state.step, "metric": metric, "value": scores[metric]}
 
 
 def _restore_best(state, config, report) -> None:
@@ -172,13 +203,6 @@ def _restore_best(state, config, report) -> None:
         checkpoints.restore(best_dir, state.params, require_all=True)
         report.log(f"using the best dev weights: {checkpoints.latest_checkpoint(best_dir)}")
     distributed.broadcast_variables(list(state.params.values()))
-
-
-def _save_final(state, config, report) -> None:
-    if report.enabled:
-        prefix = checkpoints.save_checkpoint(state.checkpoint_variables(), config.output_dir,
-                                             state.step, keep_max=1)
-        report.log(f"saved {prefix}")
 
 
 # --------------------------------------------------------------------------- eval and predict
@@ -257,14 +281,6 @@ def table_row(config: FinetuningConfig, summary: dict) -> str:
 # --------------------------------------------------------------------------- set-up
 
 
-def _check_fresh_output_dir(config: FinetuningConfig) -> None:
-    if config.do_train and checkpoints.latest_checkpoint(config.output_dir):
-        raise FinetuningConfigError(
-            f"--output_dir={config.output_dir} already holds a fine-tuning checkpoint; choose "
-            "a new directory (to evaluate that run, pass its best/ directory as "
-            "--init_checkpoint without --do_train)")
-
-
 def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:
     """The tokenizer of --vocab_file, checked against the model's vocab size."""
     tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
@@ -335,15 +351,13 @@ def _encode(config, tokenizer, inputs, label_names, split, report) -> tasks.Enco
 
 
 def _initialise(state: FinetuningState, config: FinetuningConfig, report: Reporter) -> None:
-    """Rank 0 loads --init_checkpoint (the encoder; the head stays new); all ranks then get
-    rank 0's variables."""
+    """Rank 0 loads --init_checkpoint (the encoder; the head stays new)."""
     if report.enabled and config.init_checkpoint:
         loaded = checkpoints.init_from_checkpoint(config.init_checkpoint, state.params)
         report.log(f"initialised from {config.init_checkpoint}: {len(loaded.loaded)} loaded, "
                    f"{len(loaded.missing)} new ({', '.join(loaded.missing[:4])})")
     elif report.enabled:
         report.log("no --init_checkpoint: random initialisation (a baseline)")
-    distributed.broadcast_variables(list(state.checkpoint_variables().values()))
 
 
 USER_ERRORS = (*loop.USER_ERRORS, FinetuningConfigError, tasks.TaskDataError, ConlluError)

@@ -18,12 +18,22 @@ Only rank 0 writes (report.Reporter). A checkpoint holds the model, optimizer
 slots, global step, loss scale and the input position, all by name; rerunning
 the same command resumes exactly: the data, the dynamic masks and the dropout
 masks are functions of (--seed, rank, input position), not of RNG state.
+
+`train_loop` is the one training loop: fine-tuning (train/finetune.py) runs through it
+too, with its own batches, dev evaluation and checkpoint interval (a `LoopPlan`). It
+owns what every run needs: stop on a signal to any rank (after the same update on
+every rank; rank 0 saves), the peer watchdog, non-finite updates, metrics.jsonl and
+checkpoints; `claimed_output_dir` and `resume_or_initialise` are the shared set-up
+(the output-dir lock, corrupt-checkpoint fallback, the resume).
 """
 
+import contextlib
+import dataclasses
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -96,12 +106,7 @@ def run(config: PretrainingConfig) -> dict:
     config.validate()
     distributed.init()
     distributed.pin_gpu_to_local_rank()
-    is_chief = distributed.rank() == 0
-    with (faults.claimed_output_dir(config.output_dir, enabled=is_chief) as notes,
-          Reporter(config.output_dir, enabled=is_chief) as report):
-        for note in notes:
-            report.log(note)
-        distributed.check_shared_output_dir(config.output_dir)
+    with claimed_output_dir(config.output_dir) as report:
         bert_config = load_bert_config(config.bert_config_file)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
@@ -110,8 +115,7 @@ def run(config: PretrainingConfig) -> dict:
 
         tf.random.set_seed(config.seed)
         state = PretrainingState(bert_config, config)
-        _restore(state, config, report)
-        distributed.broadcast_variables(list(state.checkpoint_variables().values()))
+        resume_or_initialise(state, config, report, _initialise_from_checkpoint)
         if report.enabled:
             bert_config.to_json_file(f"{config.output_dir}/bert_config.json")
 
@@ -128,14 +132,12 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
           report: Reporter) -> dict:
     """Updates until --num_train_steps, logging every --log_every_n_steps and saving every
     --save_checkpoints_steps (and at the end); returns the throughput summary."""
-    start_step = state.step
-    if start_step >= config.num_train_steps:
-        report.log(f"global_step {start_step} >= --num_train_steps: nothing to train")
-        return {"global_step": start_step}
+    if nothing_to_train(state, config, report):
+        return {"global_step": state.step}
     num_ranks = distributed.size()
     sequences_per_update = (config.train_batch_size * config.num_accumulation_steps
                             * num_ranks)
-    report.log(f"training from step {start_step} to {config.num_train_steps}: {num_ranks} "
+    report.log(f"training from step {state.step} to {config.num_train_steps}: {num_ranks} "
                f"rank(s) x {config.num_accumulation_steps} micro-batch(es) x "
                f"{config.train_batch_size} = {sequences_per_update} sequences per update, "
                f"{config.precision}, xla={config.use_xla}, "
@@ -145,38 +147,94 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
                    "(more files than ranks reads faster)")
     batches = iter(train_dataset(config, files, distributed.rank(), num_ranks, masking,
                                  skip_batches=int(state.input_position.numpy())))
-    report.start_metrics(start_step)
-    meter = Throughput(sequences_per_update)
-    nonfinite_in_a_row, step, stopping = 0, start_step, False
+    plan = LoopPlan(sequences_per_update, LOGGED_METRICS, config.save_checkpoints_steps,
+                    config.keep_checkpoint_max)
+    outcome = train_loop(state, batches, config, report, plan)
+    summary = {**outcome.meter.summary(config.time_to_train_sequences),
+               "global_step": state.step, "stopped_by": outcome.stopped_by,
+               "ranks": num_ranks, "sequences_per_update": sequences_per_update,
+               "final_loss": outcome.metrics["loss"],
+               "final_masked_lm_accuracy": outcome.metrics["masked_lm_accuracy"]}
+    report.summary("train_summary", summary)
+    return summary
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclasses.dataclass
+class LoopPlan:
+    """What differs between the runs `train_loop` serves (pretraining, fine-tuning)."""
+    sequences_per_update: int
+    logged_metrics: tuple  # names from the update's metrics written to metrics.jsonl
+    save_every_n_steps: int  # also saved after the last update and when stopped
+    keep_checkpoint_max: int | None
+    # Extra metrics.jsonl fields at a step (fine-tuning: the epoch).
+    log_fields: Callable[[int], dict] = lambda step: {}
+    # Called after every update that stepped, before its checkpoint (fine-tuning: dev eval).
+    after_step: Callable[[int], None] = lambda step: None
+
+
+@dataclasses.dataclass
+class LoopOutcome:
+    """How `train_loop` ended, for the caller's summary."""
+    meter: "Throughput"
+    metrics: dict | None = None  # the last update's
+    stopped_by: str | None = None  # the signal's name, or that another rank got one
+
+
+def nothing_to_train(state, config, report: Reporter) -> bool:
+    """True (and says so) when a resumed run already reached --num_train_steps."""
+    if state.step < config.num_train_steps:
+        return False
+    report.log(f"global_step {state.step} >= --num_train_steps: nothing to train")
+    return True
+
+
+def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> LoopOutcome:
+    """Updates `state` from `batches` (this rank's micro-batches from its input position on)
+    until config.num_train_steps. A SIGTERM/SIGINT to any rank stops every rank after the
+    same update, with a checkpoint; see `_log_step_save` for logging and saving."""
+    outcome = LoopOutcome(Throughput(plan.sequences_per_update))
+    report.start_metrics(state.step)
+    nonfinite_in_a_row = 0
     with (distributed.Watchdog(config.peer_timeout_seconds) as watchdog,
           faults.StopSignals() as signals):
-        while step < config.num_train_steps and not stopping:
-            metrics = meter.time(lambda: _guarded_update(state, batches, config))
-            step = state.step
-            # Every rank stops after the same update, also when only one got the signal.
-            stopping = distributed.any_rank(signals.received is not None)
+        def stop_requested():
+            return signals.received is not None
+
+        while state.step < config.num_train_steps and not outcome.stopped_by:
+            outcome.metrics = outcome.meter.time(
+                lambda: _guarded_update(state, batches, config, stop_requested))
             watchdog.beat()
-            finite = metrics["finite"] and math.isfinite(metrics["loss"])
+            if outcome.metrics["stop_requested"]:  # on every rank, in the same update
+                outcome.stopped_by = signals.received or "a signal to another rank"
+            finite = outcome.metrics["finite"] and math.isfinite(outcome.metrics["loss"])
             nonfinite_in_a_row = 0 if finite else nonfinite_in_a_row + 1
             if not finite:
                 _check_nonfinite(state, config, nonfinite_in_a_row, report)
-            last = step == config.num_train_steps
-            if finite and (step % config.log_every_n_steps == 0 or last):
-                report.metrics({"step": step, **{k: metrics[k] for k in LOGGED_METRICS},
-                                **meter.interval(), "num_ranks": num_ranks})
-            if finite and (step % config.save_checkpoints_steps == 0 or last) or stopping:
-                _save(state, config, report)
-                watchdog.beat()
-    if stopping:
-        report.log(f"stopped at step {step} by {signals.received or 'a signal to another rank'}"
-                   f"; checkpoint saved: rerun the same command to resume")
-    summary = {**meter.summary(config.time_to_train_sequences), "global_step": step,
-               "stopped_by": (signals.received or "signal") if stopping else None,
-               "ranks": num_ranks, "sequences_per_update": sequences_per_update,
-               "final_loss": metrics["loss"],
-               "final_masked_lm_accuracy": metrics["masked_lm_accuracy"]}
-    report.summary("train_summary", summary)
-    return summary
+            _log_step_save(state, config, report, plan, outcome, finite)
+            watchdog.beat()
+    if outcome.stopped_by:
+        report.log(f"stopped at step {state.step} by {outcome.stopped_by}; checkpoint saved: "
+                   "rerun the same command to resume")
+    return outcome
+
+
+def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: LoopOutcome,
+                  finite: bool) -> None:
+    """Logs every --log_every_n_steps, runs plan.after_step and saves every
+    plan.save_every_n_steps, each also after the last update; saves when stopping."""
+    step = state.step
+    last = step == config.num_train_steps
+    if finite and (step % config.log_every_n_steps == 0 or last):
+        report.metrics({"step": step, **plan.log_fields(step),
+                        **{k: outcome.metrics[k] for k in plan.logged_metrics},
+                        **outcome.meter.interval(), "num_ranks": distributed.size()})
+    if finite:
+        plan.after_step(step)
+    if finite and (step % plan.save_every_n_steps == 0 or last) or outcome.stopped_by:
+        save(state, config, report, plan.keep_checkpoint_max)
 
 
 class Throughput:
@@ -232,10 +290,10 @@ def _check_nonfinite(state, config, in_a_row: int, report: Reporter) -> None:
             "data (token ids >= vocab_size)")
 
 
-def _guarded_update(state: PretrainingState, batches, config) -> dict:
-    """state.update, with the two errors users meet turned into advice."""
+def _guarded_update(state, batches, config, stop_requested=lambda: False) -> dict:
+    """state.update, with the errors users meet turned into advice."""
     try:
-        return state.update(batches)
+        return state.update(batches, stop_requested)
     except tf.errors.DataLossError as e:
         raise TrainingError(_data_loss_message(state, config, e)) from None
     except tf.errors.OpError as e:
@@ -308,27 +366,46 @@ def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=Non
 # --------------------------------------------------------------------------- set-up helpers
 
 
-def _restore(state: PretrainingState, config: PretrainingConfig, report: Reporter) -> None:
-    """Rank 0 resumes from --output_dir (the newest readable checkpoint), else initialises from
-    --init_checkpoint; the caller then broadcasts every variable."""
-    if not report.enabled:
-        return
-    removed = checkpoints.remove_stale_temporaries(config.output_dir)
-    if removed:
-        report.log(f"removed {len(removed)} partial file(s) left by an interrupted checkpoint "
-                   f"write: {', '.join(os.path.basename(p) for p in removed)}")
-    latest = _restore_newest_readable(state, config, report)
-    if latest:
-        _check_run_layout(state, latest, config, report)
-        report.log(f"resumed from {latest} (step {state.step}, "
-                   f"input position {int(state.input_position.numpy())})")
-    elif config.init_checkpoint:
+@contextlib.contextmanager
+def claimed_output_dir(output_dir: str):
+    """Rank 0 holds --output_dir's lock (faults.claimed_output_dir) for the block; every rank
+    checks it sees rank 0's files. Yields the run's Reporter."""
+    is_chief = distributed.rank() == 0
+    with (faults.claimed_output_dir(output_dir, enabled=is_chief) as notes,
+          Reporter(output_dir, enabled=is_chief) as report):
+        for note in notes:
+            report.log(note)
+        distributed.check_shared_output_dir(output_dir)
+        yield report
+
+
+def resume_or_initialise(state, config, report: Reporter, initialise) -> None:
+    """Rank 0 resumes from --output_dir (the newest readable checkpoint), else calls
+    initialise(state, config, report) (e.g. from --init_checkpoint); then every rank gets
+    rank 0's variables."""
+    if report.enabled:
+        removed = checkpoints.remove_stale_temporaries(config.output_dir)
+        if removed:
+            report.log(f"removed {len(removed)} partial file(s) left by an interrupted "
+                       f"checkpoint write: {', '.join(os.path.basename(p) for p in removed)}")
+        latest = _restore_newest_readable(state, config, report)
+        if latest:
+            _check_run_layout(state, latest, config, report)
+            report.log(f"resumed from {latest} (step {state.step}, "
+                       f"input position {int(state.input_position.numpy())})")
+        else:
+            initialise(state, config, report)
+    distributed.broadcast_variables(list(state.checkpoint_variables().values()))
+
+
+def _initialise_from_checkpoint(state, config: PretrainingConfig, report: Reporter) -> None:
+    if config.init_checkpoint:
         loaded = checkpoints.init_from_checkpoint(config.init_checkpoint, state.params)
         report.log(f"initialised from {config.init_checkpoint}: {len(loaded.loaded)} loaded, "
                    f"{len(loaded.missing)} new, {len(loaded.unused)} unused")
 
 
-def _restore_newest_readable(state, config: PretrainingConfig, report: Reporter):
+def _restore_newest_readable(state, config, report: Reporter):
     """Restores the newest checkpoint that reads back; newer corrupt ones are set aside
     (`*.corrupt`) with a warning. Returns its prefix, or None without checkpoints."""
     corrupt = []
@@ -353,11 +430,11 @@ def _restore_newest_readable(state, config: PretrainingConfig, report: Reporter)
     return None
 
 
-def _run_layout(config: PretrainingConfig) -> list[int]:
+def _run_layout(config) -> list[int]:
     return [distributed.size(), config.train_batch_size, config.num_accumulation_steps]
 
 
-def _check_run_layout(state, prefix: str, config: PretrainingConfig, report: Reporter) -> None:
+def _check_run_layout(state, prefix: str, config, report: Reporter) -> None:
     """Refuses a resume that changes the sequences per update; one that splits them otherwise
     (ranks x micro-batch x accumulation) goes on at the same count of sequences consumed."""
     saved = checkpoints.checkpoint_tensor(prefix, RUN_LAYOUT)
@@ -379,12 +456,13 @@ def _check_run_layout(state, prefix: str, config: PretrainingConfig, report: Rep
                f"position re-derived to {consumed // (now[1] * now[0])} micro-batches per rank")
 
 
-def _save(state: PretrainingState, config: PretrainingConfig, report: Reporter) -> None:
+def save(state, config, report: Reporter, keep_max: int | None) -> None:
+    """Rank 0 writes the state (and the run layout) to --output_dir, keeping `keep_max`."""
     if report.enabled:
         tensors = {**state.checkpoint_variables(),
                    RUN_LAYOUT: tf.constant(_run_layout(config), tf.int64)}
         prefix = checkpoints.save_checkpoint(tensors, config.output_dir, state.step,
-                                             keep_max=config.keep_checkpoint_max)
+                                             keep_max=keep_max)
         report.log(f"saved {prefix}")
 
 

@@ -4,7 +4,8 @@ A `TrainState` holds a model, its optimizer, the loss scale, the step and the in
 (everything a checkpoint holds) and performs one optimizer update from a list of micro-batches:
 
     totals (allreduced)  ->  per micro-batch: forward/backward (XLA with --use_xla),
-    accumulate  ->  ONE gradient allreduce  ->  unscale, finiteness, clip  ->  step
+    accumulate  ->  ONE gradient allreduce (+ one of the metric sums and the stop flag)
+    ->  unscale, finiteness, clip  ->  step
 
 A task supplies three things by subclassing: `loss_sums` (the per-batch sums named by
 `metric_names`, from which losses and accuracies follow), `objective` (the sums made into the
@@ -12,6 +13,10 @@ loss of the whole update, normalised by `totals`) and `local_totals` (what the n
 summed over this rank's micro-batches before the allreduce). Normalising by totals over every
 micro-batch of every rank is what makes 2 ranks x batch b, 1 rank x batch 2b and 2 micro-batches
 of b take the same update.
+
+A stop request (a preemption signal, faults.StopSignals) rides as one more element in the
+allreduce of the metric sums, so every rank learns in the same update that some rank was asked
+to stop, at no extra collective.
 """
 
 import tensorflow as tf
@@ -121,11 +126,14 @@ class TrainState(tf.Module):
             else:
                 accumulator.assign_add(grad)
 
-    def _apply_update(self, grads, metric_sums):
-        """Allreduces the update's gradients, then steps unless one is non-finite."""
+    def _apply_update(self, grads, metric_sums, stop_requested=False):
+        """Allreduces the update's gradients, then steps unless one is non-finite. The result's
+        `stop_requested` is true on every rank when `stop_requested` was on any."""
         config = self.config
         grads = distributed.allreduce_sum(grads, fp16_compression=config.fp16_allreduce)
-        (metric_sums,) = distributed.allreduce_sum([metric_sums])
+        (sums_and_stops,) = distributed.allreduce_sum(
+            [tf.concat([metric_sums, [tf.cast(stop_requested, tf.float32)]], axis=0)])
+        metric_sums, stop_requests = sums_and_stops[:-1], sums_and_stops[-1]
         loss_scale = self.loss_scale.scale.read_value()
         grads = [g / loss_scale for g in grads]
         finite = precision.all_finite(grads)
@@ -138,11 +146,14 @@ class TrainState(tf.Module):
             self.global_step.assign_add(1)
         self.loss_scale.update(finite)
         return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
-                "grad_norm": grad_norm, "loss_scale": loss_scale}
+                "grad_norm": grad_norm, "loss_scale": loss_scale,
+                "stop_requested": stop_requests > 0}
 
-    def update(self, batches) -> dict:
+    def update(self, batches, stop_requested=lambda: False) -> dict:
         """One optimizer update from the next `num_accumulation_steps` micro-batches of this
-        rank's `batches` (an iterator, or a list of exactly that many); returns its metrics."""
+        rank's `batches` (an iterator, or a list of exactly that many); returns its metrics.
+        `stop_requested()` is asked after the forward/backward passes, so a signal that arrives
+        during them stops the run after this update."""
         batches = iter(batches)
         micro_batches = [next(batches) for _ in range(self.config.num_accumulation_steps)]
         (totals,) = distributed.allreduce_sum([self.local_totals(micro_batches)])
@@ -153,7 +164,8 @@ class TrainState(tf.Module):
                 self.accumulate(features, totals, first=i == 0)
             grads = [a.read_value() for a in self.accumulators]
             metric_sums = self.metric_sums.read_value()
-        return self.update_metrics(self.apply_update(grads, metric_sums))
+        stop = tf.constant(bool(stop_requested()))
+        return self.update_metrics(self.apply_update(grads, metric_sums, stop))
 
     def update_metrics(self, result) -> dict:
         """Python numbers from apply_update's result."""
@@ -177,4 +189,5 @@ def update_metrics(result, metrics_from_sums) -> dict:
         "learning_rate": float(result["learning_rate"]),
         "grad_norm": float(result["grad_norm"]),
         "loss_scale": float(result["loss_scale"]),
+        "stop_requested": bool(result["stop_requested"]),
     }
