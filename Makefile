@@ -10,8 +10,12 @@ venv: $(STAMP)
 $(STAMP): install/setup_env.sh install/requirements.txt install/horovod-0.28.1-tf2.21.patch setup.py
 	bash install/setup_env.sh
 
+# Our code must also run on the NGC image's Python 3.10; no 3.10 interpreter here, so
+# ruff (target-version py310: syntax) and vermin (standard library names) check it.
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vermin -q -t=3.10- --no-tips --violations --eval-annotations \
+	  bert_tf tests bench launch *.py
 	$(VENV)/bin/hadolint Dockerfile
 
 test: lint
