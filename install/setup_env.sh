@@ -20,6 +20,8 @@ CACHE="${BERT_TF_CACHE:-$HOME/.cache/bert_tf}"
 HOROVOD_VERSION=0.28.1
 PYTHON="${PYTHON:-python3.11}"
 REQS="$REPO/install/requirements.txt"
+# Applied for every TensorFlow: TF 2.17 still ships the XLA headers the patch is
+# about, but bert_tf never uses the file it leaves out, so both builds are one code.
 PATCH="$REPO/install/horovod-$HOROVOD_VERSION-tf2.21.patch"
 # The stamp records what was installed; a change to either input reinstalls.
 FINGERPRINT="$(cat "$REQS" $PINS "$PATCH" "$0" | sha256sum | cut -c1-16)"
