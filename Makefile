@@ -2,20 +2,36 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bert_tf-installed
+# The NGC image's TensorFlow (Dockerfile) in a second venv, for `make test-ngc`.
+NGC_VENV := .venv-tf2.17
+NGC_STAMP := $(NGC_VENV)/.bert_tf-installed
+PATCH := install/horovod-0.28.1-tf2.21.patch
 
-.PHONY: demo test test-cluster lint bench convergence venv clean
+.PHONY: demo test test-ngc test-cluster lint bench convergence venv clean
 
 venv: $(STAMP)
 
-$(STAMP): install/setup_env.sh install/requirements.txt install/horovod-0.28.1-tf2.21.patch setup.py
+$(STAMP): install/setup_env.sh install/requirements.txt $(PATCH) setup.py
 	bash install/setup_env.sh
 
+$(NGC_STAMP): install/setup_env.sh install/requirements.txt install/requirements-tf2.17.txt $(PATCH) setup.py
+	bash install/setup_env.sh install/requirements-tf2.17.txt $(NGC_VENV)
+
+# Our code must also run on the NGC image's Python 3.10; no 3.10 interpreter here, so
+# ruff (target-version py310: syntax) and vermin (standard library names) check it.
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vermin -q -t=3.10- --no-tips --violations --eval-annotations \
+	  bert_tf tests bench launch *.py
 	$(VENV)/bin/hadolint Dockerfile
 
 test: lint
 	$(PY) -m pytest -q tests --ignore=tests/test_cluster.py
+
+# TensorFlow 2.17 (the NGC image's) on Python 3.11: the tests marked `ngc`, which cover
+# the TensorFlow and Horovod APIs we use (see README.md, "Supported TensorFlow").
+test-ngc: $(NGC_STAMP)
+	$(NGC_VENV)/bin/python -m pytest -q -m ngc tests --ignore=tests/test_cluster.py
 
 # Two nodes x two ranks on network namespaces with sshd (needs root); see docs/running.md.
 test-cluster: venv
@@ -32,4 +48,4 @@ convergence: venv
 	$(PY) bench/convergence.py
 
 clean:
-	rm -rf $(VENV) demo_output bench/results
+	rm -rf $(VENV) $(NGC_VENV) demo_output bench/results

@@ -2,19 +2,29 @@
 # Creates .venv/ with TensorFlow, tensorflow-text and a Horovod built from
 # source with TensorFlow, Gloo and MPI. Idempotent: a complete .venv/ is
 # marked by .venv/.bert_tf-installed and the built Horovod wheel is cached in
-# $BERT_TF_CACHE (default ~/.cache/bert_tf) so a rebuild takes seconds.
+# $BERT_TF_CACHE (default ~/.cache/bert_tf), keyed by the TensorFlow version,
+# so a rebuild takes seconds.
+#
+# Usage: setup_env.sh [PINS VENV]   e.g. install/requirements-tf2.17.txt .venv-tf2.17
+# PINS replaces the lines of install/requirements.txt naming the same packages
+# (another TensorFlow); everything else is installed as in the main venv.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$REPO/.venv"
+PINS="${1:+$(realpath "$1")}"
+VENV="$REPO/${2:-.venv}"
+[[ -z "$PINS" || -f "$PINS" ]] || { echo "setup_env: no such file: $1" >&2; exit 1; }
+[[ -z "$PINS" || $# -eq 2 ]] || { echo "usage: setup_env.sh [PINS VENV]" >&2; exit 1; }
 STAMP="$VENV/.bert_tf-installed"
 CACHE="${BERT_TF_CACHE:-$HOME/.cache/bert_tf}"
 HOROVOD_VERSION=0.28.1
 PYTHON="${PYTHON:-python3.11}"
 REQS="$REPO/install/requirements.txt"
+# Applied for every TensorFlow: TF 2.17 still ships the XLA headers the patch is
+# about, but bert_tf never uses the file it leaves out, so both builds are one code.
 PATCH="$REPO/install/horovod-$HOROVOD_VERSION-tf2.21.patch"
 # The stamp records what was installed; a change to either input reinstalls.
-FINGERPRINT="$(cat "$REQS" "$PATCH" "$0" | sha256sum | cut -c1-16)"
+FINGERPRINT="$(cat "$REQS" $PINS "$PATCH" "$0" | sha256sum | cut -c1-16)"
 # The cached wheel depends only on Horovod, the patch and TensorFlow.
 PATCH_HASH="$(sha256sum "$PATCH" | cut -c1-8)"
 
@@ -58,7 +68,13 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON" -m venv "$VENV" || fail "python venv creation"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-"${PIP[@]}" install -r "$REQS" || fail "pip install -r install/requirements.txt"
+if [[ -n "$PINS" ]]; then
+  NAMES="$(grep -oE '^[A-Za-z0-9_.-]+' "$PINS" | paste -sd'|')"
+  grep -vE "^($NAMES)[=<>]" "$REQS" | cat - "$PINS" > "$VENV/requirements.txt"
+  REQS="$VENV/requirements.txt"
+fi
+"${PIP[@]}" install -r "$REQS" || fail "pip install -r $REQS"
+echo "setup_env: requirements installed (${SECONDS}s)"
 
 TF_VERSION="$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \
   || fail "TensorFlow does not import in $VENV"
@@ -82,6 +98,7 @@ if [[ -z "$WHEEL" ]]; then
   mkdir -p "$WHEEL_DIR.tmp" && cp "$BUILD"/dist/horovod-*.whl "$WHEEL_DIR.tmp/"
   rm -rf "$WHEEL_DIR" && mv "$WHEEL_DIR.tmp" "$WHEEL_DIR"
   WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl | head -1)"
+  echo "setup_env: Horovod built (${SECONDS}s)"
 else
   echo "setup_env: reusing cached Horovod wheel $WHEEL"
 fi
@@ -94,4 +111,4 @@ fi
 "$VENV/bin/python" -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built() and hvd.mpi_built()' \
   || fail "Horovod imports but lacks TensorFlow, Gloo or MPI support"
 echo "$FINGERPRINT" > "$STAMP"
-echo "setup_env: ready ($VENV)"
+echo "setup_env: ready ($VENV, ${SECONDS}s)"

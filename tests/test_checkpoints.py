@@ -18,6 +18,8 @@ from bert_tf.model.checkpoints import (
 from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
+
 CONFIG = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=16)
 GOOGLE_NAME = re.compile(

@@ -13,6 +13,8 @@ from bert_tf.model.convert import ConversionError, hf_to_tf, tf_to_hf
 from bert_tf.model.modeling import BertForPreTraining, BertModel, variables_by_name
 from bert_tf.tools.convert import main
 
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
+
 HEADS = [
     "cls/predictions/output_bias", "cls/predictions/transform/LayerNorm/beta",
     "cls/predictions/transform/LayerNorm/gamma", "cls/predictions/transform/dense/bias",

@@ -3,7 +3,10 @@
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, run_command
+
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
 
 VENV_BIN = Path(sys.executable).parent
 WORKER = REPO / "tests" / "horovod_worker.py"

@@ -12,6 +12,8 @@ from bert_tf.data.files import InputDataError, expand_patterns
 from bert_tf.data.records import serialize_examples, validate_records
 from bert_tf.data.tokenization import FullTokenizer
 
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
+
 SEQ, PRED, BATCH = 64, 10, 8
 
 

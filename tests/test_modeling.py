@@ -17,6 +17,8 @@ from bert_tf.model.modeling import (
     variables_by_name,
 )
 
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
+
 CONFIG = BertConfig(vocab_size=99, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=128, max_position_embeddings=32)
 B, S, P = 3, 12, 4

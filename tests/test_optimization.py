@@ -10,6 +10,8 @@ from absl import flags
 from bert_tf.train import optimization
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
+
 RECIPES = Path(__file__).resolve().parent.parent / "launch" / "recipes"
 
 

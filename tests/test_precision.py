@@ -11,6 +11,8 @@ from conftest import PYTHON, run_command
 
 from bert_tf.train import precision
 
+pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
+
 
 def test_compute_dtypes():
     assert precision.compute_dtype("fp32") == tf.float32

@@ -66,6 +66,7 @@ def gutenberg_run(corpus, vocab_file, tmp_path_factory):
     return summary, read_records(sorted(out.glob("*.tfrecord"))), out
 
 
+@pytest.mark.ngc
 def test_schema_padding_and_layout(gutenberg_run, tokenizer):
     summary, rows, out = gutenberg_run
     assert sorted(p.name for p in out.iterdir()) == [f"part-{i}.tfrecord" for i in range(3)]

@@ -91,6 +91,7 @@ def two_rank_worker(data, tmp_path_factory):
     return SimpleNamespace(out=out, proc=proc)
 
 
+@pytest.mark.ngc
 def test_two_ranks_and_accumulation_equal_one_double_batch(data, two_rank_worker):
     import training_worker as worker
 
@@ -114,6 +115,7 @@ def test_two_ranks_and_accumulation_equal_one_double_batch(data, two_rank_worker
     np.testing.assert_allclose(rank0, single, atol=2e-6, rtol=0)
 
 
+@pytest.mark.ngc
 def test_fp16_overflow_skips_exactly_that_update_on_every_rank(two_rank_worker):
     for rank in (0, 1):
         log = json.loads((two_rank_worker.out / f"overflow{rank}.json").read_text())
@@ -126,6 +128,7 @@ def test_fp16_overflow_skips_exactly_that_update_on_every_rank(two_rank_worker):
                                   np.load(two_rank_worker.out / "overflow1.npy"))
 
 
+@pytest.mark.ngc
 def test_dropout_masks_differ_between_ranks_and_micro_batches(two_rank_worker):
     """The same micro-batch's local gradient, dropout 0.1: a different dropout seed at
     every (rank, input position) gives a different gradient."""
@@ -137,6 +140,7 @@ def test_dropout_masks_differ_between_ranks_and_micro_batches(two_rank_worker):
             assert np.abs(a - b).max() > 1e-4
 
 
+@pytest.mark.ngc
 def test_hung_rank_makes_the_job_fail_instead_of_hanging(two_rank_worker):
     proc = two_rank_worker.proc
     output = proc.stdout + proc.stderr
@@ -249,6 +253,7 @@ def test_dynamic_masking_trains_with_new_masks_every_epoch(data, unmasked_train,
     assert differing >= 0.9 * len(repeated), f"{differing} of {len(repeated)}"
 
 
+@pytest.mark.ngc
 def test_xla_updates_match_the_uncompiled_ones(data, tmp_path):
     """--use_xla compiles forward/backward and the optimizer apply (Horovod ops stay out):
     same weights as without XLA after a few LAMB updates, to float rounding."""
@@ -299,6 +304,7 @@ def _unigram_baseline(path):
     return max(counts.values()) / sum(counts.values())
 
 
+@pytest.mark.ngc
 def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
     """100 updates of 2 x 8 sequences in bf16: the masked-LM loss falls from
     ln(30522) = 10.3 to the unigram level and held-out accuracy reaches the
