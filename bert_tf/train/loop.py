@@ -20,6 +20,8 @@ the same command resumes exactly: the data, the dynamic masks and the dropout
 masks are functions of (--seed, rank, input position), not of RNG state.
 """
 
+import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -96,12 +98,16 @@ def run(config: PretrainingConfig) -> dict:
     config.validate()
     distributed.init()
     distributed.pin_gpu_to_local_rank()
+    if config.elastic:
+        config = dataclasses.replace(
+            config, num_accumulation_steps=config.accumulation_steps_for(distributed.size()))
     is_chief = distributed.rank() == 0
     with (faults.claimed_output_dir(config.output_dir, enabled=is_chief) as notes,
           Reporter(config.output_dir, enabled=is_chief) as report):
         for note in notes:
             report.log(note)
-        distributed.check_shared_output_dir(config.output_dir)
+        if not config.elastic:  # elastic: after the state's sync (no collective before it)
+            distributed.check_shared_output_dir(config.output_dir)
         bert_config = load_bert_config(config.bert_config_file)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
@@ -111,13 +117,15 @@ def run(config: PretrainingConfig) -> dict:
         tf.random.set_seed(config.seed)
         state = PretrainingState(bert_config, config)
         _restore(state, config, report)
-        distributed.broadcast_variables(list(state.checkpoint_variables().values()))
+        if not config.elastic:  # elastic: the state's first sync broadcasts them
+            distributed.broadcast_variables(list(state.checkpoint_variables().values()))
         if report.enabled:
             bert_config.to_json_file(f"{config.output_dir}/bert_config.json")
 
         summary = {}
         if config.do_train:
-            summary["train"] = train(state, config, train_files, masking, report)
+            trainer = train_elastic if config.elastic else train
+            summary["train"] = trainer(state, config, train_files, masking, report)
         if config.do_eval and not summary.get("train", {}).get("stopped_by"):
             summary["eval"] = evaluate(state.model, config, eval_files, masking)
             report.summary("eval_results", summary["eval"])
@@ -125,9 +133,10 @@ def run(config: PretrainingConfig) -> dict:
 
 
 def train(state: PretrainingState, config: PretrainingConfig, files, masking,
-          report: Reporter) -> dict:
+          report: Reporter, after_update=None) -> dict:
     """Updates until --num_train_steps, logging every --log_every_n_steps and saving every
-    --save_checkpoints_steps (and at the end); returns the throughput summary."""
+    --save_checkpoints_steps (and at the end); returns the throughput summary.
+    `after_update(step)`, if given, runs after each update's logging and saving."""
     start_step = state.step
     if start_step >= config.num_train_steps:
         report.log(f"global_step {start_step} >= --num_train_steps: nothing to train")
@@ -148,8 +157,8 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
     report.start_metrics(start_step)
     meter = Throughput(sequences_per_update)
     nonfinite_in_a_row, step, stopping = 0, start_step, False
-    with (distributed.Watchdog(config.peer_timeout_seconds) as watchdog,
-          faults.StopSignals() as signals):
+    with (_peer_loss_explained(state, config), distributed.Watchdog(config.peer_timeout_seconds)
+          as watchdog, faults.StopSignals() as signals):
         while step < config.num_train_steps and not stopping:
             metrics = meter.time(lambda: _guarded_update(state, batches, config))
             step = state.step
@@ -167,6 +176,8 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
             if finite and (step % config.save_checkpoints_steps == 0 or last) or stopping:
                 _save(state, config, report)
                 watchdog.beat()
+            if after_update is not None:
+                after_update(step)
     if stopping:
         report.log(f"stopped at step {step} by {signals.received or 'a signal to another rank'}"
                    f"; checkpoint saved: rerun the same command to resume")
@@ -177,6 +188,58 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
                "final_masked_lm_accuracy": metrics["masked_lm_accuracy"]}
     report.summary("train_summary", summary)
     return summary
+
+
+def train_elastic(state: PretrainingState, config: PretrainingConfig, files, masking,
+                  report: Reporter) -> dict:
+    """train() under elastic Horovod (--elastic). When a host leaves or joins, every rank
+    resets and training goes on at the new world size with the same --global_batch_size, from
+    the state after the last update (a host change announced by the driver) or as committed
+    every --elastic_commit_every_n_steps updates (a rank lost without notice)."""
+    elastic = distributed.ElasticState(state.checkpoint_variables(),
+                                       input_ranks=distributed.size())
+
+    def commit_or_check_hosts(step: int) -> None:
+        if step % config.elastic_commit_every_n_steps == 0:
+            elastic.commit()  # also checks for host changes
+        else:
+            elastic.check_host_updates()
+
+    def train_at_current_size(elastic) -> dict:
+        if report.enabled != (distributed.rank() == 0):
+            raise TrainingError(
+                f"{distributed.where()}: rank 0 moved to another process (its host left the "
+                "job); only the first rank 0 writes checkpoints and logs, so the host of rank 0 "
+                "must stay in the discovery script's output. Rerun the same command to resume "
+                f"from the last checkpoint in --output_dir={config.output_dir}")
+        distributed.check_shared_output_dir(config.output_dir)
+        _adapt_to_world_size(state, elastic, config, report)
+        return train(state, state.config, files, masking, report,
+                     after_update=commit_or_check_hosts)
+
+    return distributed.run_elastic(train_at_current_size, elastic)
+
+
+def _adapt_to_world_size(state: PretrainingState, elastic, config: PretrainingConfig,
+                         report: Reporter) -> None:
+    """After an elastic (re)start: this rank's dropout seed, the micro-batches per update for
+    the world size and, when that changed, the input position re-derived as on a resume with
+    another rank count (the same count of sequences consumed, so none skipped or repeated)."""
+    ranks, batch = distributed.size(), config.train_batch_size
+    state.set_rank(distributed.rank())
+    state.set_accumulation_steps(config.accumulation_steps_for(ranks))
+    was = elastic.input_ranks
+    if was == ranks:
+        return
+    consumed = int(state.input_position.numpy()) * batch * was  # sequences, all ranks
+    state.input_position.assign(consumed // (batch * ranks))
+    elastic.input_ranks = ranks
+    elastic.save()  # a later sync broadcasts the variables and input_ranks together
+    report.log(f"elastic: world size {was} -> {ranks} ranks at step {state.step}; "
+               f"accumulation {config.accumulation_steps_for(was)} -> "
+               f"{state.config.num_accumulation_steps} micro-batch(es) of {batch} per rank "
+               f"(global batch {config.global_batch_size} kept); input position re-derived to "
+               f"{consumed // (batch * ranks)} micro-batches per rank")
 
 
 class Throughput:
@@ -245,13 +308,25 @@ def _guarded_update(state: PretrainingState, batches, config) -> dict:
                 f"vocab_size in --bert_config_file={config.bert_config_file} is smaller than "
                 "the vocabulary the data was made with: use the bert_config.json whose "
                 "vocab_size matches the vocab file given to create_pretraining_data.py") from None
-        if "Horovod has been shut down" in e.message:
-            raise TrainingError(
-                f"rank {distributed.rank()}: another rank failed or exited (Horovod shut down "
-                f"at step {state.step}); see that rank's error above. Rerun the same command "
-                f"to resume from the last checkpoint in --output_dir={config.output_dir}"
-            ) from None
         raise
+
+
+@contextlib.contextmanager
+def _peer_loss_explained(state: PretrainingState, config: PretrainingConfig):
+    """A collective that failed because a peer rank or node is gone becomes one line saying so,
+    with the checkpoint kept and how to resume (instead of only the launcher's message). Not
+    with --elastic: there Horovod's elastic driver handles it."""
+    where = distributed.where()
+    try:
+        yield
+    except tf.errors.OpError as e:
+        if config.elastic or not distributed.is_peer_failure(e):
+            raise
+        raise TrainingError(
+            f"{where}: lost a peer rank at step {state.step} (a process or node of this job "
+            "failed or exited; see its error, if any, above). The last checkpoint, "
+            f"{checkpoints.latest_checkpoint(config.output_dir)}, is kept: rerun the same "
+            "command to resume from it") from None
 
 
 def _data_loss_message(state, config: PretrainingConfig, error) -> str:
