@@ -65,6 +65,7 @@ class LaunchConfig:
     ssh_port: int | None = None
     forward_env: list[str] = dataclasses.field(default_factory=list)
     min_np: int | None = None
+    start_np: int | None = None
     max_np: int | None = None
     host_discovery_script: str | None = None
     # Flags this launcher does not define, for run_pretraining.py (after the recipe: they win).
@@ -126,6 +127,8 @@ def define_flags() -> None:
                         "line; replaces --hosts. Needs --min_np.")
     flags.DEFINE_integer("min_np", None, "Elastic (--host_discovery_script): the fewest ranks to "
                          "train with; it starts once this many slots are listed.")
+    flags.DEFINE_integer("start_np", None, "Elastic: the ranks to start with (horovodrun -np); "
+                         "it waits until that many slots are listed. Default: --min_np.")
     flags.DEFINE_integer("max_np", None, "Elastic (--host_discovery_script): the most ranks to "
                          "train with (default: every listed slot).")
 
@@ -262,10 +265,12 @@ def horovodrun_elastic_command(config: LaunchConfig, repo=REPO, python=None) -> 
                           "run the script lists the hosts")
     if config.controller == "mpi":
         raise LaunchError("--host_discovery_script (elastic Horovod) needs --controller=gloo")
-    if not config.min_np or config.min_np < 1 or (config.max_np or config.min_np) < config.min_np:
-        raise LaunchError(f"--host_discovery_script needs --min_np >= 1 and --max_np >= --min_np "
-                          f"(got --min_np={config.min_np}, --max_np={config.max_np})")
-    command = ["horovodrun", "-np", str(config.min_np), "--min-np", str(config.min_np)]
+    start = config.start_np or config.min_np
+    if not config.min_np or not config.min_np <= start <= (config.max_np or start):
+        raise LaunchError(f"--host_discovery_script needs --min_np >= 1 and --min_np <= "
+                          f"--start_np <= --max_np (got --min_np={config.min_np}, --start_np="
+                          f"{config.start_np}, --max_np={config.max_np})")
+    command = ["horovodrun", "-np", str(start), "--min-np", str(config.min_np)]
     if config.max_np:
         command += ["--max-np", str(config.max_np)]
     command += ["--host-discovery-script", os.path.abspath(config.host_discovery_script), "--gloo"]

@@ -171,12 +171,12 @@ def test_help_lists_every_launcher():
 
 
 def test_elastic_horovodrun_keeps_the_global_batch(capsys):
-    _, out, _ = dry_run(capsys, launcher="horovodrun", num_gpus=8, min_np=8, max_np=16,
+    _, out, _ = dry_run(capsys, launcher="horovodrun", min_np=8, start_np=16, max_np=16,
                         host_discovery_script="discover_hosts.sh",
                         recipe="launch/recipes/bert_large_phase1.flags",
                         network_interface=["ib0"], training_flags=["--input_files=/d/*"])
     assert command_of(out) == [
-        "horovodrun", "-np", "8", "--min-np", "8", "--max-np", "16",
+        "horovodrun", "-np", "16", "--min-np", "8", "--max-np", "16",
         "--host-discovery-script", f"{REPO}/discover_hosts.sh", "--gloo",
         "--network-interfaces", "ib0", "python", RUN,
         f"--flagfile={RECIPES}/bert_large_phase1.flags", "--elastic",
@@ -186,8 +186,10 @@ def test_elastic_horovodrun_keeps_the_global_batch(capsys):
 @pytest.mark.parametrize("fields, message", [
     (dict(hosts=["n1"]), "--hosts and --host_discovery_script exclude each other"),
     (dict(controller="mpi"), "--host_discovery_script (elastic Horovod) needs --controller=gloo"),
-    (dict(min_np=None), "--host_discovery_script needs --min_np >= 1 and --max_np >= --min_np"),
-    (dict(max_np=1), "--host_discovery_script needs --min_np >= 1 and --max_np >= --min_np"),
+    (dict(min_np=None), "--host_discovery_script needs --min_np >= 1 and --min_np <= "
+     "--start_np <= --max_np"),
+    (dict(max_np=1), "(got --min_np=2, --start_np=None, --max_np=1)"),
+    (dict(start_np=8), "(got --min_np=2, --start_np=8, --max_np=4)"),
     (dict(max_np=6), "--global_batch_size=65536 does not split evenly over 6 GPUs"),
     (dict(launcher="mpirun"), "--host_discovery_script (elastic Horovod) needs "
      "--launcher=horovodrun"),
