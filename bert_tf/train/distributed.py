@@ -205,6 +205,10 @@ def run_elastic(train_fn, state: ElasticState):
             "--elastic needs horovodrun's elastic mode: start it with horovodrun --gloo "
             "--min-np N --max-np M --host-discovery-script SCRIPT (docs/running.md)")
 
+    # A joining host's ranks import TensorFlow before they reach the rendezvous that the
+    # others wait in: on a busy node more than Gloo's default 30 s.
+    os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", "300")
+
     def failures_as_horovod_errors(state):
         # Not hvd.elastic.run: it recognises a failed collective only by the plain ops' names
         # (not HorovodGroupedAllreduce) and returns None on any other UnknownError.
