@@ -232,11 +232,11 @@ def test_losing_a_node_ends_the_job_and_the_rerun_resumes_exactly(cluster, data,
             cluster.restart_node("nodeA")
         cluster.restart_node("nodeB")
     assert victim.returncode != 0, output
-    # horovodrun sees nodeB's ssh sessions end and stops nodeA's ranks; had it not, nodeA's
-    # ranks stop themselves (Horovod's collective fails, or the watchdog).
-    clear = ("Connection to nodeb closed", "Process 2 exit with status code",
-             "another rank failed or exited", "no training progress for")
-    assert any(message in output for message in clear), output
+    # Each of nodeA's ranks says in one line what happened and how to go on (not only
+    # horovodrun's "Process 2 exit with status code 255").
+    for rank in (0, 1):
+        assert f"rank {rank} on nodeA: lost a peer rank at step " in output, output
+    assert output.count("is kept: rerun the same command to resume from it") == 2, output
     saved = sorted(output_dir.glob("model.ckpt-*.index"))
     assert f"model.ckpt-{STEPS}.index" not in [p.name for p in saved], "finished before the kill"
 
@@ -284,7 +284,7 @@ def test_doctor_names_the_unreachable_node_and_the_unshared_directory(cluster, d
 
 # ------------------------------------------------------------------ elastic
 
-ELASTIC_STEPS = 24
+ELASTIC_STEPS = 16
 ELASTIC_GLOBAL_BATCH = 16  # 4 ranks x 1 micro-batch x 4 sequences, or 2 ranks x 2 x 4
 LOSS_JUMP = 0.5  # the tiny model's loss moves by < 0.1 per update at this learning rate
 

@@ -160,8 +160,9 @@ def where() -> str:
     return f"rank {hvd.rank()} on {socket.gethostname()}"
 
 
-class ElasticLaunchError(RuntimeError):
-    """--elastic without horovodrun's elastic mode."""
+def launched_elastic() -> bool:
+    """True under horovodrun's elastic mode (--min-np / --host-discovery-script)."""
+    return os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
 class ElasticState(ObjectState):
@@ -200,10 +201,6 @@ def run_elastic(train_fn, state: ElasticState):
     """train_fn(state) under Horovod's elastic driver: when a host leaves or joins, every rank
     resets Horovod, the state is rolled back to its last commit (a lost peer) or synced from
     rank 0 (a new host), and train_fn runs again at the new world size. Returns its result."""
-    if os.environ.get("HOROVOD_ELASTIC") != "1":
-        raise ElasticLaunchError(
-            "--elastic needs horovodrun's elastic mode: start it with horovodrun --gloo "
-            "--min-np N --max-np M --host-discovery-script SCRIPT (docs/running.md)")
 
     # A joining host's ranks import TensorFlow before they reach the rendezvous that the
     # others wait in: on a busy node more than Gloo's default 30 s.

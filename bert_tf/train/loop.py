@@ -96,6 +96,10 @@ def update_metrics(result) -> dict:
 def run(config: PretrainingConfig) -> dict:
     """Trains and/or evaluates as the config says; returns the final summary."""
     config.validate()
+    if config.elastic and not distributed.launched_elastic():
+        raise TrainingError("--elastic needs horovodrun's elastic mode: start it with horovodrun "
+                            "--gloo --min-np N --max-np M --host-discovery-script SCRIPT, or "
+                            "launch/launch.py --host_discovery_script (docs/running.md)")
     distributed.init()
     distributed.pin_gpu_to_local_rank()
     if config.elastic:
