@@ -11,6 +11,7 @@ the other node does not see). Needs root; `make test-cluster` runs it.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -232,11 +233,16 @@ def test_losing_a_node_ends_the_job_and_the_rerun_resumes_exactly(cluster, data,
             cluster.restart_node("nodeA")
         cluster.restart_node("nodeB")
     assert victim.returncode != 0, output
-    # Each of nodeA's ranks says in one line what happened and how to go on (not only
-    # horovodrun's "Process 2 exit with status code 255").
-    for rank in (0, 1):
-        assert f"rank {rank} on nodeA: lost a peer rank at step " in output, output
-    assert output.count("is kept: rerun the same command to resume from it") == 2, output
+    # A nodeA rank whose collective fails says in one line where it ran, what happened, the
+    # checkpoint kept and how to go on (not only horovodrun's "Process 2 exit with status code
+    # 255"). horovodrun SIGKILLs the others 5 s after the first failure, so a rank still waiting
+    # on a live peer (rank 0, the coordinator, on rank 1) may not get to say it.
+    lost = [line for line in output.splitlines() if ": lost a peer rank at step " in line]
+    assert lost, output
+    for line in lost:
+        assert re.search(r"rank [01] on nodeA: lost a peer rank at step \d+ ", line), line
+        assert re.search(r"The last checkpoint, \S+/model.ckpt-\d+, is kept: rerun the same "
+                         "command to resume from it", line), line
     saved = sorted(output_dir.glob("model.ckpt-*.index"))
     assert f"model.ckpt-{STEPS}.index" not in [p.name for p in saved], "finished before the kill"
 
