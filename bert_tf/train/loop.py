@@ -235,15 +235,16 @@ def _adapt_to_world_size(state: PretrainingState, elastic, config: PretrainingCo
     was = elastic.input_ranks
     if was == ranks:
         return
-    consumed = int(state.input_position.numpy()) * batch * was  # sequences, all ranks
-    state.input_position.assign(consumed // (batch * ranks))
+    position = rederived_input_position(int(state.input_position.numpy()), (was, batch),
+                                        (ranks, batch))
+    state.input_position.assign(position)
     elastic.input_ranks = ranks
     elastic.save()  # a later sync broadcasts the variables and input_ranks together
     report.log(f"elastic: world size {was} -> {ranks} ranks at step {state.step}; "
                f"accumulation {config.accumulation_steps_for(was)} -> "
                f"{state.config.num_accumulation_steps} micro-batch(es) of {batch} per rank "
                f"(global batch {config.global_batch_size} kept); input position re-derived to "
-               f"{consumed // (batch * ranks)} micro-batches per rank")
+               f"{position} micro-batches per rank")
 
 
 class Throughput:
@@ -451,11 +452,20 @@ def _check_run_layout(state, prefix: str, config: PretrainingConfig, report: Rep
             f"update; this run has {now[0]} rank(s) x {now[2]} x {now[1]} = {math.prod(now)}. "
             "Resume with the same global batch (e.g. fewer ranks and more "
             "--num_accumulation_steps), or start a new --output_dir (with --init_checkpoint)")
-    consumed = int(state.input_position.numpy()) * batch * ranks  # sequences, all ranks
-    state.input_position.assign(consumed // (now[1] * now[0]))
+    position = rederived_input_position(int(state.input_position.numpy()), (ranks, batch),
+                                        (now[0], now[1]))
+    state.input_position.assign(position)
     report.log(f"note: {prefix} was trained with {was}; continuing with {now[0]} rank(s) x "
                f"{now[2]} x {now[1]} (the same {math.prod(now)} sequences per update), input "
-               f"position re-derived to {consumed // (now[1] * now[0])} micro-batches per rank")
+               f"position re-derived to {position} micro-batches per rank")
+
+
+def rederived_input_position(position: int, was: tuple[int, int], now: tuple[int, int]) -> int:
+    """The input position (micro-batches per rank) at which `now` = (ranks, micro-batch size)
+    has consumed as many sequences as `position` under `was`: a resume or an elastic reset with
+    another rank count goes on at the same count of sequences, none skipped or repeated."""
+    consumed = position * was[0] * was[1]  # sequences, all ranks
+    return consumed // (now[0] * now[1])
 
 
 def _save(state: PretrainingState, config: PretrainingConfig, report: Reporter) -> None:
