@@ -64,6 +64,10 @@ class LaunchConfig:
     ssh_identity_file: str | None = None
     ssh_port: int | None = None
     forward_env: list[str] = dataclasses.field(default_factory=list)
+    min_np: int | None = None
+    start_np: int | None = None
+    max_np: int | None = None
+    host_discovery_script: str | None = None
     # Flags this launcher does not define, for run_pretraining.py (after the recipe: they win).
     training_flags: list[str] = dataclasses.field(default_factory=list)
 
@@ -117,6 +121,16 @@ def define_flags() -> None:
                       "mpirun: more environment variables to forward to every rank (-x NAME), "
                       "e.g. PYTHONPATH,OMP_NUM_THREADS. horovodrun forwards the whole "
                       "environment.")
+    flags.DEFINE_string("host_discovery_script", None,
+                        "horovodrun: run elastic (--elastic training keeping --global_batch_size) "
+                        "with this executable printing the available hosts, one 'host:slots' a "
+                        "line; replaces --hosts. Needs --min_np.")
+    flags.DEFINE_integer("min_np", None, "Elastic (--host_discovery_script): the fewest ranks to "
+                         "train with; it starts once this many slots are listed.")
+    flags.DEFINE_integer("start_np", None, "Elastic: the ranks to start with (horovodrun -np); "
+                         "it waits until that many slots are listed. Default: --min_np.")
+    flags.DEFINE_integer("max_np", None, "Elastic (--host_discovery_script): the most ranks to "
+                         "train with (default: every listed slot).")
 
 
 def config_from_flags(flag_values, training_flags) -> LaunchConfig:
@@ -194,12 +208,25 @@ def training_args(config: LaunchConfig, world_size, repo=REPO) -> list[str]:
     if config.train_batch_size:
         args.append(f"--train_batch_size={config.train_batch_size}")
     global_batch = config.global_batch_size or recipe_global
-    if global_batch and passed_value(config.training_flags, "num_accumulation_steps") is None:
+    if config.host_discovery_script:
+        args += elastic_batch_args(config, global_batch, batch)
+    elif global_batch and passed_value(config.training_flags, "num_accumulation_steps") is None:
         if not batch:
             raise LaunchError("--global_batch_size needs a --train_batch_size (flag or recipe)")
         steps = accumulation_steps(global_batch, int(batch), world_size)
         args.append(f"--num_accumulation_steps={steps}")
     return [_in_repo(os.path.join(REPO, "run_pretraining.py"), repo)] + args + config.training_flags
+
+
+def elastic_batch_args(config: LaunchConfig, global_batch, batch) -> list[str]:
+    """--elastic and the global batch it keeps; checked at the smallest and largest world."""
+    if not global_batch or not batch:
+        raise LaunchError("--host_discovery_script (elastic) needs --global_batch_size and "
+                          "--train_batch_size (flags or recipe): the global batch is kept at "
+                          "every world size by adjusting the accumulation steps")
+    for world_size in {config.min_np, config.max_np} - {None}:
+        accumulation_steps(global_batch, int(batch), world_size)
+    return ["--elastic", f"--global_batch_size={global_batch}"]
 
 
 def _in_repo(path, repo):
@@ -219,6 +246,8 @@ def host_list(config: LaunchConfig):
 
 
 def horovodrun_command(config: LaunchConfig, repo=REPO, python=None) -> list[str]:
+    if config.host_discovery_script:
+        return horovodrun_elastic_command(config, repo, python)
     hosts, num_hosts = host_list(config)
     world = config.num_gpus * num_hosts
     command = ["horovodrun", "-np", str(world), "-H", hosts]
@@ -226,6 +255,27 @@ def horovodrun_command(config: LaunchConfig, repo=REPO, python=None) -> list[str
         command.append(f"--{config.controller}")
     command += horovodrun_cluster_args(config)
     return command + [python or config.python] + training_args(config, world, repo)
+
+
+def horovodrun_elastic_command(config: LaunchConfig, repo=REPO, python=None) -> list[str]:
+    """horovodrun in elastic mode (Gloo only): hosts from the discovery script, starting once
+    --min_np slots are listed."""
+    if config.hosts:
+        raise LaunchError("--hosts and --host_discovery_script exclude each other: in an elastic "
+                          "run the script lists the hosts")
+    if config.controller == "mpi":
+        raise LaunchError("--host_discovery_script (elastic Horovod) needs --controller=gloo")
+    start = config.start_np or config.min_np
+    if not config.min_np or not config.min_np <= start <= (config.max_np or start):
+        raise LaunchError(f"--host_discovery_script needs --min_np >= 1 and --min_np <= "
+                          f"--start_np <= --max_np (got --min_np={config.min_np}, --start_np="
+                          f"{config.start_np}, --max_np={config.max_np})")
+    command = ["horovodrun", "-np", str(start), "--min-np", str(config.min_np)]
+    if config.max_np:
+        command += ["--max-np", str(config.max_np)]
+    command += ["--host-discovery-script", os.path.abspath(config.host_discovery_script), "--gloo"]
+    command += horovodrun_cluster_args(config)
+    return command + [python or config.python] + training_args(config, config.min_np, repo)
 
 
 def mpirun_command(config: LaunchConfig) -> list[str]:
@@ -330,6 +380,8 @@ def build(config: LaunchConfig) -> tuple[list[str], str | None]:
     if config.num_nodes != 1:
         raise LaunchError(f"--num_nodes is for --launcher=slurm; with --launcher="
                           f"{config.launcher} list the nodes in --hosts")
+    if config.host_discovery_script and config.launcher != "horovodrun":
+        raise LaunchError("--host_discovery_script (elastic Horovod) needs --launcher=horovodrun")
     builders = {"horovodrun": horovodrun_command, "mpirun": mpirun_command,
                 "docker": docker_command}
     return builders[config.launcher](config), None

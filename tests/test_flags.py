@@ -72,10 +72,13 @@ PRETRAINING = {
     'do_eval': ('BooleanParser', None, False),
     'do_train': ('BooleanParser', None, False),
     'dynamic_masking': ('BooleanParser', None, False),
+    'elastic': ('BooleanParser', None, False),  # added after a8bd354 (elastic Horovod)
+    'elastic_commit_every_n_steps': ('IntegerParser', None, 10),
     'eval_batch_size': ('IntegerParser', None, 8),
     'eval_files': ('ArgumentParser', None, ''),
     'exclude_from_layer_adaptation': ('ListParser', None, ['LayerNorm', 'layer_norm', 'bias']),
     'fp16_allreduce': ('BooleanParser', None, False),
+    'global_batch_size': ('IntegerParser', None, 0),
     'init_checkpoint': ('ArgumentParser', None, ''),
     'input_files': ('ArgumentParser', None, ''),
     'keep_checkpoint_max': ('IntegerParser', None, 5),

@@ -168,3 +168,36 @@ def test_help_lists_every_launcher():
     proc = run_command([PYTHON, LAUNCH, "--help"], check=False)  # absl's --help exits 1
     assert "--launcher: <horovodrun|mpirun|slurm|docker>" in proc.stdout
     assert "--[no]dry_run" in proc.stdout
+
+
+def test_elastic_horovodrun_keeps_the_global_batch(capsys):
+    _, out, _ = dry_run(capsys, launcher="horovodrun", min_np=8, start_np=16, max_np=16,
+                        host_discovery_script="discover_hosts.sh",
+                        recipe="launch/recipes/bert_large_phase1.flags",
+                        network_interface=["ib0"], training_flags=["--input_files=/d/*"])
+    assert command_of(out) == [
+        "horovodrun", "-np", "16", "--min-np", "8", "--max-np", "16",
+        "--host-discovery-script", f"{REPO}/discover_hosts.sh", "--gloo",
+        "--network-interfaces", "ib0", "python", RUN,
+        f"--flagfile={RECIPES}/bert_large_phase1.flags", "--elastic",
+        "--global_batch_size=65536", "--input_files=/d/*"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(hosts=["n1"]), "--hosts and --host_discovery_script exclude each other"),
+    (dict(controller="mpi"), "--host_discovery_script (elastic Horovod) needs --controller=gloo"),
+    (dict(min_np=None), "--host_discovery_script needs --min_np >= 1 and --min_np <= "
+     "--start_np <= --max_np"),
+    (dict(max_np=1), "(got --min_np=2, --start_np=None, --max_np=1)"),
+    (dict(start_np=8), "(got --min_np=2, --start_np=8, --max_np=4)"),
+    (dict(max_np=6), "--global_batch_size=65536 does not split evenly over 6 GPUs"),
+    (dict(launcher="mpirun"), "--host_discovery_script (elastic Horovod) needs "
+     "--launcher=horovodrun"),
+    (dict(recipe=None), "--host_discovery_script (elastic) needs --global_batch_size"),
+])
+def test_bad_elastic_launches_name_the_flag(capsys, fields, message):
+    config = dict(launcher="horovodrun", min_np=2, max_np=4, host_discovery_script="d.sh",
+                  recipe="launch/recipes/bert_large_phase1.flags")
+    code, _, err = dry_run(capsys, **{**config, **fields})
+    assert code == 2
+    assert message in err, err

@@ -423,3 +423,21 @@ def test_persistent_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(data
     after = checkpoint_values(output_dir / "model.ckpt-0")
     for name, value in good.items():
         np.testing.assert_array_equal(after[name], value)
+
+
+def test_elastic_flags_name_the_batch_sizes_that_work(data, tmp_path):
+    with pytest.raises(PretrainingConfigError, match="--global_batch_size is required with "
+                       "--elastic"):
+        _config(data, tmp_path / "out", elastic=True).validate()
+    with pytest.raises(PretrainingConfigError, match=r"--global_batch_size \(10\) must be a "
+                       r"multiple of --train_batch_size \(4\)"):
+        _config(data, tmp_path / "out", elastic=True, global_batch_size=10,
+                train_batch_size=4).validate()
+    config = _config(data, tmp_path / "out", elastic=True, global_batch_size=16,
+                     train_batch_size=4)
+    assert [config.accumulation_steps_for(n) for n in (1, 2, 4)] == [4, 2, 1]
+    with pytest.raises(PretrainingConfigError, match=r"--train_batch_size x ranks = 4 x 3: "
+                       r".* World sizes that can: 1, 2, 4;"):
+        config.accumulation_steps_for(3)
+    with pytest.raises(loop.TrainingError, match="--elastic needs horovodrun's elastic mode"):
+        loop.run(config)  # not started by horovodrun --host-discovery-script

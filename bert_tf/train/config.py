@@ -68,6 +68,9 @@ class PretrainingConfig:
     seed: int = 12345
     max_nonfinite_updates: int = 25
     peer_timeout_seconds: float = 900.0
+    elastic: bool = False
+    global_batch_size: int = 0  # with --elastic: sequences per update at every world size
+    elastic_commit_every_n_steps: int = 10
     time_to_train_sequences: float = 256e6
     # LAMB: variables (regexes) without a trust ratio; () = all have one (NVIDIA TensorFlow).
     exclude_from_layer_adaptation: tuple[str, ...] = ("LayerNorm", "layer_norm", "bias")
@@ -77,6 +80,7 @@ class PretrainingConfig:
         self._validate_task()
         self._validate_sizes()
         self._validate_optimization()
+        self._validate_elastic()
 
     def _validate_task(self) -> None:
         if not (self.do_train or self.do_eval):
@@ -117,6 +121,33 @@ class PretrainingConfig:
             _fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
         if self.precision not in PRECISIONS:
             _fail("precision", f"must be one of {', '.join(PRECISIONS)}")
+
+
+    def _validate_elastic(self) -> None:
+        if not self.elastic:
+            return
+        if self.elastic_commit_every_n_steps < 1:
+            _fail("elastic_commit_every_n_steps", f"must be >= 1, got "
+                  f"{self.elastic_commit_every_n_steps}")
+        if self.global_batch_size < 1:
+            _fail("global_batch_size", "is required with --elastic (the sequences per update, "
+                  "kept at every world size by adjusting --num_accumulation_steps)")
+        if self.global_batch_size % self.train_batch_size:
+            _fail("global_batch_size", f"({self.global_batch_size}) must be a multiple of "
+                  f"--train_batch_size ({self.train_batch_size})")
+
+    def accumulation_steps_for(self, world_size: int) -> int:
+        """--elastic: the micro-batches per update that keep --global_batch_size at
+        `world_size` ranks; a PretrainingConfigError names the world sizes that would work."""
+        micro_batches = self.global_batch_size // self.train_batch_size  # over all ranks
+        if micro_batches % world_size:
+            working = [n for n in range(1, micro_batches + 1) if micro_batches % n == 0]
+            _fail("global_batch_size", f"({self.global_batch_size}) is not a multiple of "
+                  f"--train_batch_size x ranks = {self.train_batch_size} x {world_size}: elastic "
+                  f"training cannot keep it at {world_size} ranks. World sizes that can: "
+                  f"{', '.join(map(str, working))}; keep horovodrun --min-np/--max-np and the "
+                  "discovery script's slots to those, or change --global_batch_size")
+        return micro_batches // world_size
 
 
 def _fail(flag, problem):
@@ -221,9 +252,24 @@ def define_pretraining_flags() -> None:
     _define_schedule_flags(d)
     flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"],
                          "Maximum eval batches per rank.")
+    _define_elastic_flags(d)
     flags.DEFINE_float("time_to_train_sequences", d["time_to_train_sequences"],
                        "The final summary estimates the time to train on this many sequences "
                        "(default: Google's BERT-base schedule, 1M steps x 256).")
+
+
+def _define_elastic_flags(d: dict) -> None:
+    """Elastic Horovod (docs/running.md)."""
+    flags.DEFINE_bool("elastic", d["elastic"],
+                      "Elastic Horovod (horovodrun --min-np --max-np --host-discovery-script): "
+                      "training goes on when hosts leave or join, keeping --global_batch_size by "
+                      "adjusting --num_accumulation_steps to the world size.")
+    flags.DEFINE_integer("global_batch_size", d["global_batch_size"],
+                         "--elastic: sequences per optimizer update over all ranks (required); "
+                         "--num_accumulation_steps = this / (--train_batch_size x ranks).")
+    flags.DEFINE_integer("elastic_commit_every_n_steps", d["elastic_commit_every_n_steps"],
+                         "--elastic: keep a copy of the training state in memory every this many "
+                         "updates; a lost rank rolls the others back to it.")
 
 
 def _define_schedule_flags(d: dict) -> None:

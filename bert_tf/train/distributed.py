@@ -15,6 +15,8 @@ import time
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.exceptions import HorovodInternalError
 
 from bert_tf.train.report import OutputDirError
 
@@ -138,6 +140,80 @@ def broadcast_variables(variables, root_rank: int = 0) -> None:
 def barrier() -> None:
     if hvd.size() > 1:
         hvd.allreduce(tf.zeros([1]), op=hvd.Sum, name="barrier")
+
+
+def is_peer_failure(error: Exception) -> bool:
+    """True for the TensorFlow error a collective raises when a peer rank died or Horovod shut
+    down (its message names Horovod's op or says Horovod has been shut down)."""
+    return isinstance(error, tf.errors.OpError) and "Horovod" in error.message
+
+
+def where() -> str:
+    """'rank R on HOST', for messages."""
+    return f"rank {hvd.rank()} on {socket.gethostname()}"
+
+
+def launched_elastic() -> bool:
+    """True under horovodrun's elastic mode (--min-np / --host-discovery-script)."""
+    return os.environ.get("HOROVOD_ELASTIC") == "1"
+
+
+class ElasticState(ObjectState):
+    """What elastic Horovod keeps in host memory as of the last `commit()` and restores on
+    every rank when a peer is lost: `variables` (name -> tf.Variable: weights, optimizer slots,
+    step, input position) and the Python values given as keyword attributes. `sync()` (after a
+    host joins) broadcasts rank 0's variables and attributes to all.
+
+    Written for TF2 eager: Horovod's TensorFlowState broadcasts variables in sync() only
+    through a TF1 session."""
+
+    def __init__(self, variables: dict, **attributes):
+        self.variables = variables
+        self._save_variables()
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **attributes)
+
+    def _save_variables(self) -> None:
+        self._committed = {name: v.numpy() for name, v in self.variables.items()}
+
+    def save(self) -> None:
+        self._save_variables()
+        super().save()
+
+    def restore(self) -> None:
+        for name, value in self._committed.items():
+            self.variables[name].assign(value)
+        super().restore()
+
+    def sync(self) -> None:
+        broadcast_variables(self.variables.values())
+        self._save_variables()
+        super().sync()
+
+
+def run_elastic(train_fn, state: ElasticState):
+    """train_fn(state) under Horovod's elastic driver: when a host leaves or joins, every rank
+    resets Horovod, the state is rolled back to its last commit (a lost peer) or synced from
+    rank 0 (a new host), and train_fn runs again at the new world size. Returns its result."""
+
+    # A joining host's ranks import TensorFlow before they reach the rendezvous that the
+    # others wait in: on a busy node more than Gloo's default 30 s.
+    os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", "300")
+
+    def failures_as_horovod_errors(state):
+        # Not hvd.elastic.run: it recognises a failed collective only by the plain ops' names
+        # (not HorovodGroupedAllreduce) and returns None on any other UnknownError.
+        try:
+            return train_fn(state)
+        except tf.errors.OpError as e:
+            if is_peer_failure(e):
+                raise HorovodInternalError(e) from e
+            raise
+
+    def reset():
+        hvd.shutdown()
+        hvd.init()
+
+    return run_fn(failures_as_horovod_errors, reset)(state)
 
 
 class Watchdog:

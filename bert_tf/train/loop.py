@@ -104,9 +104,17 @@ def update_metrics(result) -> dict:
 def run(config: PretrainingConfig) -> dict:
     """Trains and/or evaluates as the config says; returns the final summary."""
     config.validate()
+    if config.elastic and not distributed.launched_elastic():
+        raise TrainingError("--elastic needs horovodrun's elastic mode: start it with horovodrun "
+                            "--gloo --min-np N --max-np M --host-discovery-script SCRIPT, or "
+                            "launch/launch.py --host_discovery_script (docs/running.md)")
     distributed.init()
     distributed.pin_gpu_to_local_rank()
-    with claimed_output_dir(config.output_dir) as report:
+    if config.elastic:
+        config = dataclasses.replace(
+            config, num_accumulation_steps=config.accumulation_steps_for(distributed.size()))
+    # Elastic: no collective before the state's first sync, which also broadcasts the weights.
+    with claimed_output_dir(config.output_dir, check_shared=not config.elastic) as report:
         bert_config = load_bert_config(config.bert_config_file)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
@@ -115,13 +123,15 @@ def run(config: PretrainingConfig) -> dict:
 
         tf.random.set_seed(config.seed)
         state = PretrainingState(bert_config, config)
-        resume_or_initialise(state, config, report, _initialise_from_checkpoint)
+        resume_or_initialise(state, config, report, _initialise_from_checkpoint,
+                             broadcast=not config.elastic)
         if report.enabled:
             bert_config.to_json_file(f"{config.output_dir}/bert_config.json")
 
         summary = {}
         if config.do_train:
-            summary["train"] = train(state, config, train_files, masking, report)
+            trainer = train_elastic if config.elastic else train
+            summary["train"] = trainer(state, config, train_files, masking, report)
         if config.do_eval and not summary.get("train", {}).get("stopped_by"):
             summary["eval"] = evaluate(state.model, config, eval_files, masking)
             report.summary("eval_results", summary["eval"])
@@ -129,9 +139,10 @@ def run(config: PretrainingConfig) -> dict:
 
 
 def train(state: PretrainingState, config: PretrainingConfig, files, masking,
-          report: Reporter) -> dict:
+          report: Reporter, after_save=None) -> dict:
     """Updates until --num_train_steps, logging every --log_every_n_steps and saving every
-    --save_checkpoints_steps (and at the end); returns the throughput summary."""
+    --save_checkpoints_steps (and at the end); returns the throughput summary.
+    `after_save(step)`, if given, runs after each update's logging and saving."""
     if nothing_to_train(state, config, report):
         return {"global_step": state.step}
     num_ranks = distributed.size()
@@ -148,7 +159,9 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
     batches = iter(train_dataset(config, files, distributed.rank(), num_ranks, masking,
                                  skip_batches=int(state.input_position.numpy())))
     plan = LoopPlan(sequences_per_update, LOGGED_METRICS, config.save_checkpoints_steps,
-                    config.keep_checkpoint_max)
+                    config.keep_checkpoint_max, explain_peer_loss=not config.elastic)
+    if after_save is not None:
+        plan.after_save = after_save
     outcome = train_loop(state, batches, config, report, plan)
     summary = {**outcome.meter.summary(config.time_to_train_sequences),
                "global_step": state.step, "stopped_by": outcome.stopped_by,
@@ -173,6 +186,12 @@ class LoopPlan:
     log_fields: Callable[[int], dict] = lambda step: {}
     # Called after every update that stepped, before its checkpoint (fine-tuning: dev eval).
     after_step: Callable[[int], None] = lambda step: None
+    # Called after the update's checkpoint, if any (elastic: commit; it may raise Horovod's
+    # host-change interrupt, which must not cost the checkpoint).
+    after_save: Callable[[int], None] = lambda step: None
+    # A failed collective becomes one line naming the lost peer (not under elastic Horovod,
+    # whose driver recovers from it).
+    explain_peer_loss: bool = True
 
 
 @dataclasses.dataclass
@@ -198,7 +217,8 @@ def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> Loop
     outcome = LoopOutcome(Throughput(plan.sequences_per_update))
     report.start_metrics(state.step)
     nonfinite_in_a_row = 0
-    with (distributed.Watchdog(config.peer_timeout_seconds) as watchdog,
+    with (_peer_loss_explained(state, config, plan.explain_peer_loss),
+          distributed.Watchdog(config.peer_timeout_seconds) as watchdog,
           faults.StopSignals() as signals):
         def stop_requested():
             return signals.received is not None
@@ -235,6 +255,60 @@ def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: Loo
         plan.after_step(step)
     if finite and (step % plan.save_every_n_steps == 0 or last) or outcome.stopped_by:
         save(state, config, report, plan.keep_checkpoint_max)
+    plan.after_save(step)
+
+
+def train_elastic(state: PretrainingState, config: PretrainingConfig, files, masking,
+                  report: Reporter) -> dict:
+    """train() under elastic Horovod (--elastic). When a host leaves or joins, every rank
+    resets and training goes on at the new world size with the same --global_batch_size, from
+    the state after the last update (a host change announced by the driver) or as committed
+    every --elastic_commit_every_n_steps updates (a rank lost without notice)."""
+    elastic = distributed.ElasticState(state.checkpoint_variables(),
+                                       input_ranks=distributed.size())
+
+    def commit_or_check_hosts(step: int) -> None:
+        if step % config.elastic_commit_every_n_steps == 0:
+            elastic.commit()  # also checks for host changes
+        else:
+            elastic.check_host_updates()
+
+    def train_at_current_size(elastic) -> dict:
+        if report.enabled != (distributed.rank() == 0):
+            raise TrainingError(
+                f"{distributed.where()}: rank 0 moved to another process (its host left the "
+                "job); only the first rank 0 writes checkpoints and logs, so the host of rank 0 "
+                "must stay in the discovery script's output. Rerun the same command to resume "
+                f"from the last checkpoint in --output_dir={config.output_dir}")
+        distributed.check_shared_output_dir(config.output_dir)
+        _adapt_to_world_size(state, elastic, config, report)
+        return train(state, state.config, files, masking, report,
+                     after_save=commit_or_check_hosts)
+
+    return distributed.run_elastic(train_at_current_size, elastic)
+
+
+def _adapt_to_world_size(state: PretrainingState, elastic, config: PretrainingConfig,
+                         report: Reporter) -> None:
+    """After an elastic (re)start: this rank's dropout seed, the micro-batches per update for
+    the world size and, when that changed, the input position re-derived as on a resume with
+    another rank count (the same count of sequences consumed, so none skipped or repeated)."""
+    ranks, batch = distributed.size(), config.train_batch_size
+    state.set_rank(distributed.rank())
+    state.set_accumulation_steps(config.accumulation_steps_for(ranks))
+    was = elastic.input_ranks
+    if was == ranks:
+        return
+    position = rederived_input_position(int(state.input_position.numpy()), (was, batch),
+                                        (ranks, batch))
+    state.input_position.assign(position)
+    elastic.input_ranks = ranks
+    elastic.save()  # a later sync broadcasts the variables and input_ranks together
+    report.log(f"elastic: world size {was} -> {ranks} ranks at step {state.step}; "
+               f"accumulation {config.accumulation_steps_for(was)} -> "
+               f"{state.config.num_accumulation_steps} micro-batch(es) of {batch} per rank "
+               f"(global batch {config.global_batch_size} kept); input position re-derived to "
+               f"{position} micro-batches per rank")
 
 
 class Throughput:
@@ -303,13 +377,24 @@ def _guarded_update(state, batches, config, stop_requested=lambda: False) -> dic
                 f"vocab_size in --bert_config_file={config.bert_config_file} is smaller than "
                 "the vocabulary the data was made with: use the bert_config.json whose "
                 "vocab_size matches the vocab file given to create_pretraining_data.py") from None
-        if "Horovod has been shut down" in e.message:
-            raise TrainingError(
-                f"rank {distributed.rank()}: another rank failed or exited (Horovod shut down "
-                f"at step {state.step}); see that rank's error above. Rerun the same command "
-                f"to resume from the last checkpoint in --output_dir={config.output_dir}"
-            ) from None
         raise
+
+
+@contextlib.contextmanager
+def _peer_loss_explained(state, config, enabled: bool):
+    """A collective that failed because a peer rank or node is gone becomes one line saying so,
+    with the checkpoint kept and how to resume (instead of only the launcher's message)."""
+    where = distributed.where()
+    try:
+        yield
+    except tf.errors.OpError as e:
+        if not enabled or not distributed.is_peer_failure(e):
+            raise
+        raise TrainingError(
+            f"{where}: lost a peer rank at step {state.step} (a process or node of this job "
+            "failed or exited; see its error, if any, above). The last checkpoint, "
+            f"{checkpoints.latest_checkpoint(config.output_dir)}, is kept: rerun the same "
+            "command to resume from it") from None
 
 
 def _data_loss_message(state, config: PretrainingConfig, error) -> str:
@@ -367,22 +452,24 @@ def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=Non
 
 
 @contextlib.contextmanager
-def claimed_output_dir(output_dir: str):
+def claimed_output_dir(output_dir: str, check_shared: bool = True):
     """Rank 0 holds --output_dir's lock (faults.claimed_output_dir) for the block; every rank
-    checks it sees rank 0's files. Yields the run's Reporter."""
+    checks it sees rank 0's files (unless not `check_shared`). Yields the run's Reporter."""
     is_chief = distributed.rank() == 0
     with (faults.claimed_output_dir(output_dir, enabled=is_chief) as notes,
           Reporter(output_dir, enabled=is_chief) as report):
         for note in notes:
             report.log(note)
-        distributed.check_shared_output_dir(output_dir)
+        if check_shared:
+            distributed.check_shared_output_dir(output_dir)
         yield report
 
 
-def resume_or_initialise(state, config, report: Reporter, initialise) -> None:
+def resume_or_initialise(state, config, report: Reporter, initialise,
+                         broadcast: bool = True) -> None:
     """Rank 0 resumes from --output_dir (the newest readable checkpoint), else calls
-    initialise(state, config, report) (e.g. from --init_checkpoint); then every rank gets
-    rank 0's variables."""
+    initialise(state, config, report) (e.g. from --init_checkpoint); then (if `broadcast`)
+    every rank gets rank 0's variables."""
     if report.enabled:
         removed = checkpoints.remove_stale_temporaries(config.output_dir)
         if removed:
@@ -395,7 +482,8 @@ def resume_or_initialise(state, config, report: Reporter, initialise) -> None:
                        f"input position {int(state.input_position.numpy())})")
         else:
             initialise(state, config, report)
-    distributed.broadcast_variables(list(state.checkpoint_variables().values()))
+    if broadcast:
+        distributed.broadcast_variables(list(state.checkpoint_variables().values()))
 
 
 def _initialise_from_checkpoint(state, config: PretrainingConfig, report: Reporter) -> None:
@@ -449,11 +537,20 @@ def _check_run_layout(state, prefix: str, config, report: Reporter) -> None:
             f"update; this run has {now[0]} rank(s) x {now[2]} x {now[1]} = {math.prod(now)}. "
             "Resume with the same global batch (e.g. fewer ranks and more "
             "--num_accumulation_steps), or start a new --output_dir (with --init_checkpoint)")
-    consumed = int(state.input_position.numpy()) * batch * ranks  # sequences, all ranks
-    state.input_position.assign(consumed // (now[1] * now[0]))
+    position = rederived_input_position(int(state.input_position.numpy()), (ranks, batch),
+                                        (now[0], now[1]))
+    state.input_position.assign(position)
     report.log(f"note: {prefix} was trained with {was}; continuing with {now[0]} rank(s) x "
                f"{now[2]} x {now[1]} (the same {math.prod(now)} sequences per update), input "
-               f"position re-derived to {consumed // (now[1] * now[0])} micro-batches per rank")
+               f"position re-derived to {position} micro-batches per rank")
+
+
+def rederived_input_position(position: int, was: tuple[int, int], now: tuple[int, int]) -> int:
+    """The input position (micro-batches per rank) at which `now` = (ranks, micro-batch size)
+    has consumed as many sequences as `position` under `was`: a resume or an elastic reset with
+    another rank count goes on at the same count of sequences, none skipped or repeated."""
+    consumed = position * was[0] * was[1]  # sequences, all ranks
+    return consumed // (now[0] * now[1])
 
 
 def save(state, config, report: Reporter, keep_max: int | None) -> None:

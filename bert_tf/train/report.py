@@ -54,6 +54,7 @@ class Reporter:
         last checkpoint (`start_step`), and the TensorBoard writer."""
         if not self.enabled:
             return
+        self.close()  # an elastic run starts again after each world-size change
         path = os.path.join(self.output_dir, "metrics.jsonl")
         _drop_metrics_after(path, start_step)
         self._metrics_file = open(path, "a")  # closed by close()

@@ -19,6 +19,8 @@ allreduce of the metric sums, so every rank learns in the same update that some 
 to stop, at no extra collective.
 """
 
+import dataclasses
+
 import tensorflow as tf
 
 from bert_tf.model.modeling import variables_by_name
@@ -55,15 +57,16 @@ class TrainState(tf.Module):
             exclude_from_layer_adaptation)
         self.loss_scale = precision.DynamicLossScale(
             enabled=precision.uses_loss_scaling(config.precision, precision.has_gpu()))
-        # Folded with each micro-batch's input position into its dropout seed.
-        self.dropout_seed = tf.constant([config.seed, distributed.rank()], tf.int64)
+        # Folded with each micro-batch's input position into its dropout seed; a variable, as
+        # an elastic run's rank can change (set_rank).
+        self.dropout_seed = tf.Variable([config.seed, distributed.rank()], dtype=tf.int64,
+                                        trainable=False)
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name=GLOBAL_STEP)
         self.input_position = tf.Variable(0, dtype=tf.int64, trainable=False,
                                           name=INPUT_POSITION)
         # Gradient sums over an update's micro-batches (none needed for one micro-batch).
-        accumulating = config.num_accumulation_steps > 1
-        self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
-                             for v in self.params.values()] if accumulating else []
+        self.accumulators = []
+        self.set_accumulation_steps(config.num_accumulation_steps)
         self.metric_sums = tf.Variable(tf.zeros([len(self.metric_names)]), trainable=False)
         self.decay_power = optimization.decay_power(config.optimizer_type)
         self.gradients = tf.function(self._gradients, jit_compile=config.use_xla)
@@ -73,6 +76,18 @@ class TrainState(tf.Module):
         # optimizer's per-variable elementwise passes (LAMB, BERT-base, CPU: 1.40 -> 1.51
         # sequences/s, bench/train_step.py as reported in bench/README.md).
         self.apply_optimizer = tf.function(self.optimizer.apply, jit_compile=config.use_xla)
+
+    def set_accumulation_steps(self, steps: int) -> None:
+        """Micro-batches per update from now on (an elastic run's world size changed)."""
+        if steps != self.config.num_accumulation_steps:
+            self.config = dataclasses.replace(self.config, num_accumulation_steps=steps)
+        if steps > 1 and not self.accumulators:
+            self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
+                                 for v in self.params.values()]
+
+    def set_rank(self, rank: int) -> None:
+        """This process's rank from now on (the dropout masks depend on it)."""
+        self.dropout_seed.assign([self.config.seed, rank])
 
     # ------------------------------------------------------------------ the task's part
 
