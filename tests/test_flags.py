@@ -64,7 +64,8 @@ def flags_of_every_command() -> dict:
     return found
 
 
-# demo's two path defaults depend on where the repo and the home directory are.
+# demo's two path defaults and doctor's --remote_python depend on where the repo, the home
+# directory and the venv are.
 # Captured from main at a8bd354, before the shared flag groups. doctor takes run_pretraining's
 # flags and its own; `finetune` is run_finetuning.py.
 PRETRAINING = {
@@ -187,7 +188,7 @@ EXPECTED = {
         'hosts': ('ListParser', None, None),
         'masked_lm_prob': ('FloatParser', None, 0.15),
         'network_interface': ('ListParser', None, None),
-        'remote_python': ('ArgumentParser', None, '/work/main/.venv/bin/python'),
+        'remote_python': ('ArgumentParser', None, sys.executable),
         'ssh_identity_file': ('ArgumentParser', None, None),
         'ssh_port': ('IntegerParser', None, None),
     },

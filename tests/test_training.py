@@ -65,8 +65,9 @@ def dropout_config(directory):
 
 
 def pretraining_command(data, output_dir, **flags):
-    settings = tiny.training_settings(bert_config_file=data.config, input_files=data.train,
-                                      output_dir=output_dir, **{**PROCESS_RUN, **flags})
+    settings = tiny.training_settings(**{"bert_config_file": data.config,
+                                         "input_files": data.train, "output_dir": output_dir,
+                                         **PROCESS_RUN, **flags})
     return [PYTHON, REPO / "run_pretraining.py", *tiny.as_flags(settings)]
 
 
