@@ -1,23 +1,27 @@
 """Convergence parity: the same small BERT, data, initial weights, batch, schedule and update
-rule trained by bert_tf (1 rank, and 2 Horovod ranks with half the per-rank batch) and by
-Hugging Face BertForPreTraining on PyTorch; held-out masked-LM loss/accuracy and NSP accuracy
+rule trained by bert_tf (1 rank, and 2 Horovod ranks with half the per-rank batch), by
+Hugging Face BertForPreTraining on PyTorch and by TF Model Garden's BERT; held-out masked-LM loss/accuracy and NSP accuracy
 every --eval_every updates, on the same held-out records, for all of them.
 
     .venv/bin/python bench/convergence.py                        # `make convergence`
     .venv/bin/python bench/convergence.py --num_train_steps=100  # what fits a busy machine
     .venv/bin/python bench/convergence.py --optimizer_type=lamb --learning_rate=1e-2 \
         --runs=bert_tf,bert_tf_trust_all,hf,hf_trust_all        # LAMB trust ratio, both ways
+    .venv/bin/python bench/convergence.py --runs=bert_tf,hf_trainer  # HF's own AdamW
 
 Steps (cached in --work_dir, rerun-safe): Gutenberg books -> format_text -> masked TFRecords
-(create_pretraining_data.py, static masks, held-out book apart) -> .npz copies for the peer
-(its venv has no TensorFlow) -> one initial checkpoint (bert_tf init, --seed) exported with
+(create_pretraining_data.py, static masks, held-out book apart) -> .npz copies for the peers
+(one array format for both; the HF venv has no TensorFlow) -> one initial checkpoint (bert_tf init, --seed) exported with
 `convert tf_to_hf` -> the runs -> bench/results/convergence.{json,md,png}.
 
 Runs (--runs): `bert_tf` = run_pretraining.py, 1 rank; `bert_tf_2rank` = horovodrun -np 2
 --gloo, per-rank batch halved (the same updates); `hf` = bench/peers/hf_convergence.py in the
 `hf` peer venv, applying bert_tf's update rule (Google's AdamW without bias correction, or
-LAMB); the `_trust_all` variants give every variable a LAMB trust ratio (NVIDIA's TensorFlow
-LAMB; --exclude_from_layer_adaptation=). bert_tf's curve comes from its checkpoints, each
+LAMB); `hf_trainer` = the same model stepped by what HF's Trainer applies by default (torch's
+bias-corrected AdamW, --optimizer_type=adamw only); `modelgarden` =
+bench/peers/modelgarden_convergence.py in the `modelgarden` venv, stepped by Model Garden's own
+LAMB or AdamWeightDecay; the `_trust_all` variants give every variable a LAMB trust ratio
+(NVIDIA's TensorFlow LAMB; --exclude_from_layer_adaptation=). bert_tf's curve comes from its checkpoints, each
 evaluated here on the same held-out arrays the peer evaluates (dropout off).
 
 Targets, printed and never asserted: bert_tf's final held-out MLM loss within 2% of the best
@@ -39,17 +43,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
+from bert_tf.tools.demo import EVAL_BOOKS, TRAIN_BOOKS  # noqa: E402  the demo's books
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 BENCH_VENVS = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache/bert_tf/bench-venvs"))
 GUTENBERG = REPO.parent / "shared" / "data" / "corpora" / "gutenberg"
 VOCAB = REPO.parent / "shared" / "data" / "vocab" / "bert-base-uncased.txt"
-# The demo's books (bert_tf/tools/demo.py), so the lesson carries over to it.
-TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-ball",
-               "chesterton-brown", "chesterton-thursday", "edgeworth-parents",
-               "bryant-stories", "burgess-busterbrown")
-EVAL_BOOKS = ("carroll-alice",)
-ALL_RUNS = ("bert_tf", "bert_tf_2rank", "hf", "bert_tf_trust_all", "hf_trust_all")
+ALL_RUNS = ("bert_tf", "bert_tf_2rank", "hf", "modelgarden", "hf_trainer", "bert_tf_trust_all",
+            "hf_trust_all", "modelgarden_trust_all")
+# Peer run name -> (venv, script, extra flags).
+PEERS = {
+    "hf": ("hf", "hf_convergence.py", ()),
+    "hf_trainer": ("hf", "hf_convergence.py", ("--update_rule=hf_trainer",)),
+    "modelgarden": ("modelgarden", "modelgarden_convergence.py", ()),
+}
 SEQ, PRED = 128, 20
 EVAL_BATCH = 32  # both sides evaluate the same whole batches of this size
 
@@ -60,21 +68,26 @@ def parse_args(argv=None):
     p.add_argument("--work_dir", type=Path, default=BENCH / "results" / "convergence")
     p.add_argument("--corpus_dir", type=Path, default=GUTENBERG)
     p.add_argument("--vocab_file", type=Path, default=VOCAB)
-    p.add_argument("--num_layers", type=int, default=4)
-    p.add_argument("--hidden_size", type=int, default=256)
-    p.add_argument("--num_heads", type=int, default=4)
-    p.add_argument("--batch_size", type=int, default=32, help="global sequences per update")
-    p.add_argument("--num_train_steps", type=int, default=400)
-    p.add_argument("--num_warmup_steps", type=int, default=40)
+    # Defaults: the demo's model, batch and optimizer (bert_tf/tools/demo.py), half its
+    # updates: it leaves the unigram plateau by update ~200, and all four runs take ~20 min.
+    p.add_argument("--num_layers", type=int, default=2)
+    p.add_argument("--hidden_size", type=int, default=128)
+    p.add_argument("--num_heads", type=int, default=2)
+    p.add_argument("--batch_size", type=int, default=64, help="global sequences per update")
+    p.add_argument("--num_train_steps", type=int, default=300)
+    p.add_argument("--num_warmup_steps", type=int, default=25)
     p.add_argument("--eval_every", type=int, default=50)
-    p.add_argument("--optimizer_type", choices=("adamw", "lamb"), default="adamw")
-    p.add_argument("--learning_rate", type=float, default=1e-3)
+    p.add_argument("--optimizer_type", choices=("adamw", "lamb"), default="lamb")
+    p.add_argument("--learning_rate", type=float, default=1e-2)
     p.add_argument("--weight_decay_rate", type=float, default=0.01)
     p.add_argument("--dropout", type=float, default=0.1,
                    help="hidden and attention dropout of the model (Google's 0.1)")
     p.add_argument("--dupe_factor", type=int, default=2)
+    p.add_argument("--train_books", default=",".join(TRAIN_BOOKS),
+                   help="comma-separated book names in --corpus_dir (default: the demo's); the "
+                        "held-out book is always " + ",".join(EVAL_BOOKS))
     p.add_argument("--max_eval_records", type=int, default=1024)
-    p.add_argument("--runs", default="bert_tf,bert_tf_2rank,hf",
+    p.add_argument("--runs", default="bert_tf,bert_tf_2rank,hf,modelgarden",
                    help=f"comma-separated, of {', '.join(ALL_RUNS)}")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--threads", type=int, default=2, help="per run (split between 2 ranks)")
@@ -86,8 +99,13 @@ def parse_args(argv=None):
         common.fail(f"--runs: unknown {unknown}; choose from {', '.join(ALL_RUNS)}")
     if any(r.endswith("_trust_all") for r in runs) and args.optimizer_type != "lamb":
         common.fail("--runs: the _trust_all runs are LAMB variants: add --optimizer_type=lamb")
+    if "hf_trainer" in runs and args.optimizer_type != "adamw":
+        common.fail("--runs: hf_trainer is torch's AdamW (Hugging Face Trainer's default): add "
+                    "--optimizer_type=adamw")
     if args.batch_size % 2:
         common.fail(f"--batch_size={args.batch_size} must be even (2 ranks take half each)")
+    if set(args.train_books.split(",")) & set(EVAL_BOOKS):
+        common.fail(f"--train_books: must not include the held-out {', '.join(EVAL_BOOKS)}")
     args.runs = runs
     return args
 
@@ -112,12 +130,17 @@ def run(cmd, **kwargs):
 # ----------------------------------------------------------------------------- data and weights
 
 def make_records(args):
-    """Masked TFRecords (train, held-out) -> their glob patterns; made once per --dupe_factor."""
-    data = args.work_dir / f"data-dupe{args.dupe_factor}"
+    """Masked TFRecords (train, held-out) -> their glob patterns; made once per --dupe_factor
+    and --train_books."""
+    train_books = args.train_books.split(",")
+    same_as_demo = train_books == list(TRAIN_BOOKS)
+    data = args.work_dir / ("data-" + ("" if same_as_demo else f"{len(train_books)}books-")
+                            + f"dupe{args.dupe_factor}")
     patterns = {split: str(data / f"{split}-*.tfrecord") for split in ("train", "eval")}
     if (data / "done").exists():
         return patterns
-    for split, books, dupe in (("train", TRAIN_BOOKS, args.dupe_factor), ("eval", EVAL_BOOKS, 1)):
+    for split, books, dupe in (("train", train_books, args.dupe_factor),
+                               ("eval", EVAL_BOOKS, 1)):
         missing = [b for b in books if not (args.corpus_dir / f"{b}.txt").exists()]
         if missing:
             common.fail(f"--corpus_dir={args.corpus_dir}: missing {missing}")
@@ -249,12 +272,19 @@ def evaluate_checkpoints(out, config_file, init_checkpoint, eval_npz):
     return [{"step": int(p.rsplit("-", 1)[1]), **evaluate(p)} for p in prefixes]
 
 
-def run_hf(name, args, hf_dir, train_npz, eval_npz):
-    python = BENCH_VENVS / "hf" / "bin" / "python"
+def run_peer(name, args, weights, train_npz, eval_npz):
+    """A peer script in its venv; `weights` = {"hf_dir", "config_file", "init_checkpoint"}."""
+    venv, script, extra = PEERS[name.removesuffix("_trust_all")]
+    python = BENCH_VENVS / venv / "bin" / "python"
     if not python.exists():
-        run(["bash", BENCH / "setup_peers.sh", "hf"])
+        run(["bash", BENCH / "setup_peers.sh", venv])
+    if venv == "hf":
+        extra = (f"--hf_dir={weights['hf_dir']}", *extra)
+    else:
+        extra = (f"--bert_config_file={weights['config_file']}",
+                 f"--init_checkpoint={weights['init_checkpoint']}", *extra)
     curve_file = args.work_dir / "runs" / f"{name}-{args.tag or 'default'}.json"
-    cmd = [python, BENCH / "peers" / "hf_convergence.py", f"--hf_dir={hf_dir}",
+    cmd = [python, BENCH / "peers" / script, *extra,
            f"--train_npz={train_npz}", f"--eval_npz={eval_npz}",
            f"--batch_size={args.batch_size}", f"--eval_every={args.eval_every}",
            f"--seed={args.seed}", f"--threads={args.threads}", f"--eval_batch_size={EVAL_BATCH}",
@@ -263,7 +293,8 @@ def run_hf(name, args, hf_dir, train_npz, eval_npz):
     (args.work_dir / "runs").mkdir(parents=True, exist_ok=True)
     log(" ".join(map(str, cmd)))
     start = time.time()
-    records = common.run_json(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)),
+    records = common.run_json(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+                                            TF_CPP_MIN_LOG_LEVEL="2"),
                               timeout=24 * 3600)
     if "error" in records[-1]:
         common.fail(f"{name}: {records[-1]['error']}")
@@ -292,7 +323,7 @@ def summary(args, results):
     table = common.markdown_table(
         ["run", "updates", "held-out MLM loss", "MLM acc", "NSP acc", "wall s"], rows)
     lines = [table, ""]
-    peers = [n for n in results if n.startswith("hf")]
+    peers = [n for n in results if not n.startswith("bert_tf")]
     for ours in [n for n in results if n.startswith("bert_tf")]:
         same = [p for p in peers if p.endswith("_trust_all") == ours.endswith("_trust_all")]
         if same:
@@ -365,10 +396,11 @@ def main(argv=None):
     shape_dir = args.work_dir / (f"L{args.num_layers}_H{args.hidden_size}_A{args.num_heads}"
                                  + (f"_dropout{args.dropout:g}" if args.dropout != 0.1 else ""))
     config_file, init_checkpoint, hf_dir = make_initial_weights(args, shape_dir)
+    weights = {"hf_dir": hf_dir, "config_file": config_file, "init_checkpoint": init_checkpoint}
     results = {}
     for name in args.runs:
-        if name.startswith("hf"):
-            curve, seconds = run_hf(name, args, hf_dir, train_npz, eval_npz)
+        if not name.startswith("bert_tf"):
+            curve, seconds = run_peer(name, args, weights, train_npz, eval_npz)
         else:
             out, seconds = run_bert_tf(name, args, config_file, init_checkpoint, patterns)
             curve = evaluate_checkpoints(out, config_file, init_checkpoint, eval_npz)

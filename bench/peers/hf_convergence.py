@@ -13,6 +13,10 @@ no library optimizer is it:
   (torch.optim.AdamW corrects the bias, which makes the first updates ~3x larger.)
 - lamb: bias-corrected Adam direction + decay, times the trust ratio ||w|| / ||update|| for
   variables not matching --exclude_from_layer_adaptation; poly decay power 0.5.
+With --update_rule=hf_trainer instead: what Hugging Face's Trainer (and so run_mlm.py) applies
+by default, from the libraries: torch.optim.AdamW (bias-corrected; decay on all but LayerNorm
+and bias), transformers.get_linear_schedule_with_warmup and clip_grad_norm_ 1.0; eps 1e-8 as
+TrainingArguments.adam_epsilon. That is the reference's own rule, not ours.
 Gradients: the batch's mean masked-LM loss + mean NSP loss, clipped to global norm 1.0.
 The masked-LM head runs on the masked positions only (as bert_tf and Google do), through
 HF's own `cls.predictions` module; HF's loss over all positions with -100 labels is the same
@@ -43,6 +47,7 @@ def parse_args():
     parser.add_argument("--num_warmup_steps", type=int, required=True)
     parser.add_argument("--learning_rate", type=float, required=True)
     parser.add_argument("--optimizer_type", choices=("adamw", "lamb"), required=True)
+    parser.add_argument("--update_rule", choices=("bert_tf", "hf_trainer"), default="bert_tf")
     parser.add_argument("--weight_decay_rate", type=float, default=0.01)
     parser.add_argument("--exclude_from_layer_adaptation", default="LayerNorm,layer_norm,bias",
                         help="comma-separated regexes (lamb); empty: every variable")
@@ -110,6 +115,29 @@ class GoogleUpdate:
                 p.sub_(lr * ratio * update)
 
 
+class TrainerUpdate:
+    """Hugging Face Trainer's default update, from torch and transformers (adamw only)."""
+
+    def __init__(self, torch, transformers, named_params, args):
+        decay = [p for n, p in named_params
+                 if not any(re.search(r, n) for r in EXCLUDE_FROM_WEIGHT_DECAY)]
+        no_decay = [p for n, p in named_params
+                    if any(re.search(r, n) for r in EXCLUDE_FROM_WEIGHT_DECAY)]
+        self.torch = torch
+        self.params = decay + no_decay
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": args.weight_decay_rate},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-8)
+        self.schedule = transformers.get_linear_schedule_with_warmup(
+            self.optimizer, args.num_warmup_steps, args.num_train_steps)
+
+    def step(self):
+        self.torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
+        self.schedule.step()
+
+
 def forward_sums(torch, model, batch):
     """Sums of masked-LM loss/weight/correct and NSP loss/correct over a batch (bert_tf's
     pretraining_loss), plus the batch's loss (mean MLM + mean NSP)."""
@@ -175,7 +203,12 @@ def main():
     model.train()  # dropout on, as in bert_tf's training
     train, eval_data = load_npz(torch, args.train_npz), load_npz(torch, args.eval_npz)
     named = list(model.named_parameters())  # tied decoder/word embeddings listed once
-    optimizer = GoogleUpdate(torch, named, args)
+    if args.update_rule == "hf_trainer":
+        if args.optimizer_type != "adamw":
+            common.fail("--update_rule=hf_trainer is torch's AdamW: use --optimizer_type=adamw")
+        trainer = TrainerUpdate(torch, transformers, named, args)
+    else:
+        optimizer = GoogleUpdate(torch, named, args)
     generator = torch.Generator().manual_seed(args.seed)
     num_records = len(train["input_ids"])
     order, cursor = torch.randperm(num_records, generator=generator), 0
@@ -189,8 +222,11 @@ def main():
         _, loss = forward_sums(torch, model, {k: v[index] for k, v in train.items()})
         model.zero_grad(set_to_none=False)
         loss.backward()
-        GoogleUpdate.clip(torch, optimizer.params)
-        optimizer.apply(learning_rate_at(step, args), step)
+        if args.update_rule == "hf_trainer":
+            trainer.step()
+        else:
+            GoogleUpdate.clip(torch, optimizer.params)
+            optimizer.apply(learning_rate_at(step, args), step)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.num_train_steps:
             point = {"step": step + 1, "train_loss": float(loss),
                      **evaluate(torch, model, eval_data, args.eval_batch_size)}
@@ -200,7 +236,7 @@ def main():
             print(f"hf step {step + 1}: {json.dumps(point)}", file=sys.stderr, flush=True)
         if not math.isfinite(float(loss)):
             break
-    common.print_json({"framework": "hf-torch", "torch": torch.__version__,
+    common.print_json({"framework": "hf-torch", "update_rule": args.update_rule, "torch": torch.__version__,
                        "transformers": transformers.__version__, "curve": curve,
                        "train_seconds": time.time() - start})
 

@@ -22,32 +22,43 @@ import common  # noqa: E402
 FEATURE_NAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
 
 
-def build(args, tf_keras):
+def build_model(tf_keras, config):
+    """BertPretrainerV2 over a BertEncoder for a Google bert_config dict, built as
+    official/nlp/configs/encoders.py builds it; the next-sentence head is a ClassificationHead
+    on [CLS] (its `pooler_dense` is Google's pooler)."""
     from official.modeling import tf_utils
-    from official.modeling.optimization import lamb, legacy_adamw
     from official.nlp.modeling import layers, models, networks
 
-    shape = common.SHAPES[args.shape]
     initializer = tf_keras.initializers.TruncatedNormal(stddev=0.02)
     gelu = tf_utils.get_activation("gelu")
     encoder = networks.BertEncoder(
-        vocab_size=common.VOCAB_SIZE, hidden_size=shape["hidden_size"],
-        num_layers=shape["num_hidden_layers"], num_attention_heads=shape["num_attention_heads"],
-        inner_dim=shape["intermediate_size"], inner_activation=gelu,
-        max_sequence_length=512, type_vocab_size=2, output_dropout=0.1, attention_dropout=0.1,
-        initializer=initializer, dict_outputs=True)  # as official/nlp/configs/encoders.py builds it
-    model = models.BertPretrainerV2(
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
+        num_layers=config["num_hidden_layers"],
+        num_attention_heads=config["num_attention_heads"],
+        inner_dim=config["intermediate_size"], inner_activation=gelu,
+        max_sequence_length=config.get("max_position_embeddings", 512), type_vocab_size=2,
+        output_dropout=config.get("hidden_dropout_prob", 0.1),
+        attention_dropout=config.get("attention_probs_dropout_prob", 0.1),
+        initializer=initializer, dict_outputs=True)
+    return models.BertPretrainerV2(
         encoder_network=encoder, mlm_activation=gelu, mlm_initializer=initializer,
         classification_heads=[layers.ClassificationHead(
-            inner_dim=shape["hidden_size"], num_classes=2, dropout_rate=0.1,
-            name="next_sentence")])
-    decay = dict(weight_decay_rate=0.01, exclude_from_weight_decay=["LayerNorm", "layer_norm",
-                                                                    "bias"])
-    if args.optimizer == "lamb":
-        optimizer = lamb.LAMB(learning_rate=1e-4, epsilon=1e-6, **decay)
-    else:
-        optimizer = legacy_adamw.AdamWeightDecay(learning_rate=1e-4, epsilon=1e-6, **decay)
-    return model, optimizer
+            inner_dim=config["hidden_size"], num_classes=2,
+            dropout_rate=config.get("hidden_dropout_prob", 0.1), name="next_sentence")])
+
+
+def build_optimizer(name, learning_rate, weight_decay_rate=0.01,
+                    exclude_from_layer_adaptation=None):
+    """Model Garden's own optimizers: LAMB, or AdamWeightDecay (Google's rule, its BERT
+    default); decay skips LayerNorm and bias."""
+    from official.modeling.optimization import lamb, legacy_adamw
+
+    decay = dict(weight_decay_rate=weight_decay_rate,
+                 exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+    if name == "lamb":
+        return lamb.LAMB(learning_rate=learning_rate, epsilon=1e-6,
+                         exclude_from_layer_adaptation=exclude_from_layer_adaptation, **decay)
+    return legacy_adamw.AdamWeightDecay(learning_rate=learning_rate, epsilon=1e-6, **decay)
 
 
 def main():
@@ -71,7 +82,8 @@ def main():
     tf.random.set_seed(0)
     if args.precision == "bf16":
         tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    model, optimizer = build(args, tf_keras)
+    model = build_model(tf_keras, {**common.SHAPES[args.shape], "vocab_size": common.VOCAB_SIZE})
+    optimizer = build_optimizer(args.optimizer, 1e-4)
     task = masked_lm.MaskedLMTask(masked_lm.MaskedLMConfig(
         train_data=pretrain_dataloader.BertPretrainDataConfig(
             seq_length=args.seq_length, max_predictions_per_seq=args.masked_positions,
