@@ -43,7 +43,8 @@ demo: venv
 bench: venv
 	$(PY) bench/run_all.py
 
-# Not part of `make test`: learning curves of bert_tf vs Hugging Face (~30 min on an idle CPU).
+# Not part of `make test`: learning curves of bert_tf (1 and 2 ranks), Hugging Face and Model
+# Garden from the same weights and records (24 min on the 2-core CPU; bench/README.md).
 convergence: venv
 	$(PY) bench/convergence.py
 
