@@ -151,6 +151,28 @@ def machine_info():
     }
 
 
+def add_convergence_args(parser):
+    """The arguments every convergence peer (bench/peers/*_convergence.py) takes from
+    bench/convergence.py: records, batch, schedule, update rule, evaluation."""
+    parser.add_argument("--train_npz", required=True)
+    parser.add_argument("--eval_npz", required=True)
+    parser.add_argument("--batch_size", type=int, required=True)
+    parser.add_argument("--num_train_steps", type=int, required=True)
+    parser.add_argument("--num_warmup_steps", type=int, required=True)
+    parser.add_argument("--learning_rate", type=float, required=True)
+    parser.add_argument("--optimizer_type", choices=("adamw", "lamb"), required=True)
+    parser.add_argument("--weight_decay_rate", type=float, default=0.01)
+    parser.add_argument("--exclude_from_layer_adaptation", default="LayerNorm,layer_norm,bias",
+                        help="comma-separated regexes (lamb); empty: every variable")
+    parser.add_argument("--eval_every", type=int, required=True)
+    parser.add_argument("--eval_batch_size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--curve_file", default="",
+                        help="also rewrite the curve here after every evaluation")
+    return parser
+
+
 def add_step_args(parser):
     """The command-line arguments every training-step benchmark child takes."""
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")

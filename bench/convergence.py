@@ -1,7 +1,8 @@
 """Convergence parity: the same small BERT, data, initial weights, batch, schedule and update
 rule trained by bert_tf (1 rank, and 2 Horovod ranks with half the per-rank batch), by
-Hugging Face BertForPreTraining on PyTorch and by TF Model Garden's BERT; held-out masked-LM loss/accuracy and NSP accuracy
-every --eval_every updates, on the same held-out records, for all of them.
+Hugging Face BertForPreTraining on PyTorch and by TF Model Garden's BERT; held-out masked-LM
+loss/accuracy and NSP accuracy every --eval_every updates, on the same held-out records, for
+all of them.
 
     .venv/bin/python bench/convergence.py                        # `make convergence`
     .venv/bin/python bench/convergence.py --num_train_steps=100  # what fits a busy machine
@@ -11,8 +12,9 @@ every --eval_every updates, on the same held-out records, for all of them.
 
 Steps (cached in --work_dir, rerun-safe): Gutenberg books -> format_text -> masked TFRecords
 (create_pretraining_data.py, static masks, held-out book apart) -> .npz copies for the peers
-(one array format for both; the HF venv has no TensorFlow) -> one initial checkpoint (bert_tf init, --seed) exported with
-`convert tf_to_hf` -> the runs -> bench/results/convergence.{json,md,png}.
+(one array format for both; the HF venv has no TensorFlow) -> one initial checkpoint (bert_tf
+init, --seed) exported with `convert tf_to_hf` -> the runs ->
+bench/results/convergence.{json,md,png}.
 
 Runs (--runs): `bert_tf` = run_pretraining.py, 1 rank; `bert_tf_2rank` = horovodrun -np 2
 --gloo, per-rank batch halved (the same updates); `hf` = bench/peers/hf_convergence.py in the
@@ -21,8 +23,8 @@ LAMB); `hf_trainer` = the same model stepped by what HF's Trainer applies by def
 bias-corrected AdamW, --optimizer_type=adamw only); `modelgarden` =
 bench/peers/modelgarden_convergence.py in the `modelgarden` venv, stepped by Model Garden's own
 LAMB or AdamWeightDecay; the `_trust_all` variants give every variable a LAMB trust ratio
-(NVIDIA's TensorFlow LAMB; --exclude_from_layer_adaptation=). bert_tf's curve comes from its checkpoints, each
-evaluated here on the same held-out arrays the peer evaluates (dropout off).
+(NVIDIA's TensorFlow LAMB; --exclude_from_layer_adaptation=). bert_tf's curve comes from its
+checkpoints, each evaluated here on the same held-out arrays the peer evaluates (dropout off).
 
 Targets, printed and never asserted: bert_tf's final held-out MLM loss within 2% of the best
 peer's; after warmup its curve never more than 5% above the peer's at the same update; the

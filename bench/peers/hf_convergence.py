@@ -38,25 +38,9 @@ EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = common.add_convergence_args(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--hf_dir", required=True, help="initial weights (tf_to_hf output)")
-    parser.add_argument("--train_npz", required=True)
-    parser.add_argument("--eval_npz", required=True)
-    parser.add_argument("--batch_size", type=int, required=True)
-    parser.add_argument("--num_train_steps", type=int, required=True)
-    parser.add_argument("--num_warmup_steps", type=int, required=True)
-    parser.add_argument("--learning_rate", type=float, required=True)
-    parser.add_argument("--optimizer_type", choices=("adamw", "lamb"), required=True)
     parser.add_argument("--update_rule", choices=("bert_tf", "hf_trainer"), default="bert_tf")
-    parser.add_argument("--weight_decay_rate", type=float, default=0.01)
-    parser.add_argument("--exclude_from_layer_adaptation", default="LayerNorm,layer_norm,bias",
-                        help="comma-separated regexes (lamb); empty: every variable")
-    parser.add_argument("--eval_every", type=int, required=True)
-    parser.add_argument("--eval_batch_size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=12345)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--curve_file", default="",
-                        help="also rewrite the curve here after every evaluation")
     return parser.parse_args()
 
 
@@ -236,7 +220,8 @@ def main():
             print(f"hf step {step + 1}: {json.dumps(point)}", file=sys.stderr, flush=True)
         if not math.isfinite(float(loss)):
             break
-    common.print_json({"framework": "hf-torch", "update_rule": args.update_rule, "torch": torch.__version__,
+    common.print_json({"framework": "hf-torch", "update_rule": args.update_rule,
+                       "torch": torch.__version__,
                        "transformers": transformers.__version__, "curve": curve,
                        "train_seconds": time.time() - start})
 

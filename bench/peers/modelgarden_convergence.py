@@ -53,24 +53,9 @@ NAME_MAP = (
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = common.add_convergence_args(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--bert_config_file", required=True)
     parser.add_argument("--init_checkpoint", required=True, help="Google-format prefix")
-    parser.add_argument("--train_npz", required=True)
-    parser.add_argument("--eval_npz", required=True)
-    parser.add_argument("--batch_size", type=int, required=True)
-    parser.add_argument("--num_train_steps", type=int, required=True)
-    parser.add_argument("--num_warmup_steps", type=int, required=True)
-    parser.add_argument("--learning_rate", type=float, required=True)
-    parser.add_argument("--optimizer_type", choices=("adamw", "lamb"), required=True)
-    parser.add_argument("--weight_decay_rate", type=float, default=0.01)
-    parser.add_argument("--exclude_from_layer_adaptation", default="LayerNorm,layer_norm,bias",
-                        help="comma-separated regexes (lamb); empty: every variable")
-    parser.add_argument("--eval_every", type=int, required=True)
-    parser.add_argument("--eval_batch_size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=12345)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--curve_file", default="")
     return parser.parse_args()
 
 
