@@ -35,10 +35,10 @@ def read_conllu(path, flag="conllu", require_heads=True):
     if not os.path.isfile(path):
         raise ConlluError(f"--{flag}: no such file {path}")
     sentences, current = [], _new_sentence("")
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         line_number = 0
-        for line_number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
+        for line_number, raw in enumerate(f, 1):
+            line = _decode(raw, path, line_number).rstrip("\r\n")
             if not line.strip():
                 _finish(current, sentences, path, line_number)
                 current = _new_sentence("")
@@ -51,6 +51,16 @@ def read_conllu(path, flag="conllu", require_heads=True):
         raise ConlluError(f"{path}: no sentences found; expected CoNLL-U (10 tab-separated "
                           "fields per word, blank line between sentences)")
     return sentences
+
+
+def _decode(raw, path, line_number):
+    """One line as text, or a ConlluError naming the line (read line by line, so a bad
+    byte's line is known)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConlluError(f"{path}:{line_number}: not UTF-8 text ({e.reason} at byte "
+                          f"{e.start} of the line); CoNLL-U files are UTF-8") from None
 
 
 def _new_sentence(sent_id):
