@@ -67,7 +67,8 @@ class ProbeArgs:
     max_eval_sentences: int = 0
     max_seq_length: int = 128
     batch_size: int = 32
-    epochs: int = 10
+    epochs: int = 5
+    learning_rate: float = probes.LEARNING_RATE
     upos_steps: int = 300
     do_lower_case: bool = True
     random_init: bool = True
@@ -83,6 +84,8 @@ def check_args(args):
     for flag in ("train_sentences", "batch_size", "epochs", "upos_steps"):
         if getattr(args, flag) < 1:
             raise AnalysisError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    if not args.learning_rate > 0:
+        raise AnalysisError(f"--learning_rate must be positive, got {args.learning_rate}")
     if args.max_eval_sentences < 0:
         raise AnalysisError(f"--max_eval_sentences must be >= 0 (0 = all), got "
                             f"{args.max_eval_sentences}")
@@ -112,7 +115,9 @@ def read_splits(args):
 
 
 def make_forward_fn(model):
-    @tf.function(reduce_retracing=True)
+    ids = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[ids, ids, ids])  # one trace for every batch shape
     def forward(input_ids, input_mask, segment_ids):
         outputs = model.bert(input_ids, input_mask, segment_ids, return_attention=True)
         return tf.stack(outputs.attention_probs), tf.stack(outputs.hidden_states)
@@ -145,9 +150,9 @@ def input_embedding_vectors(model, segments, tokenizer):
     """Static word vectors: the model's input (word-piece) embeddings, averaged over each
     word's pieces and scaled to unit root-mean-square."""
     table = model.bert.embeddings.word_embeddings.numpy()
-    vectors = [statistics.to_word_vectors(table[tokenizer.convert_tokens_to_ids(s.tokens)],
-                                          s.word_ids)[1:-1] for s in segments]
-    return [v / np.sqrt(np.mean(table ** 2)) for v in vectors]
+    table = table / np.sqrt(np.mean(table ** 2))
+    return [statistics.to_word_vectors(table[tokenizer.convert_tokens_to_ids(s.tokens)],
+                                       s.word_ids)[1:-1] for s in segments]
 
 
 def random_init_model(config, seed):
@@ -165,7 +170,7 @@ def dependency_uas(train, held_out, args, with_baselines):
     right-branching) on held_out after training on train (lists of ProbeSentence);
     returns ({name: UAS}, {name: trained probe})."""
     inputs = {"attention", "vectors"} | ({"distance"} if with_baselines else set())
-    train_batches = probes.make_batches(train, inputs, args.batch_size)
+    train_batches = probes.make_batches(train, inputs, batch_size=1)  # as Clark et al.
     eval_batches = probes.make_batches(held_out, inputs, args.batch_size)
     num_maps, dim = 2 * len(train[0].attention), train[0].vectors.shape[-1]
     trained = {"attn": probes.AttentionProbe(num_maps),
@@ -173,8 +178,8 @@ def dependency_uas(train, held_out, args, with_baselines):
     if with_baselines:
         trained["distance_and_vectors"] = probes.DistanceProbe(dim, args.seed)
     uas = {}
-    for name, probe in trained.items():
-        probes.train(probe, train_batches, args.epochs, args.seed)
+    for name, probe in tqdm(trained.items(), desc="dependency probes", file=sys.stderr):
+        probes.train(probe, train_batches, args.epochs, args.seed, args.learning_rate)
         uas[name] = probes.probe_uas(probe, eval_batches)
     if with_baselines:
         uas["right_branching"] = probes.right_branching_uas(held_out)
@@ -356,10 +361,13 @@ def define_flags():
     flags.DEFINE_integer("max_seq_length", d["max_seq_length"],
                          "Sentences longer than this in word pieces (with [CLS], [SEP]) are "
                          "skipped and counted.")
-    flags.DEFINE_integer("batch_size", d["batch_size"],
-                         "Sentences per forward pass and per probe training step.")
+    flags.DEFINE_integer("batch_size", d["batch_size"], "Sentences per forward pass and "
+                         "per probe evaluation batch (probes train on one sentence a step, "
+                         "as Clark et al.'s did).")
     flags.DEFINE_integer("epochs", d["epochs"], "Passes over the training sentences for "
                          "each dependency probe.")
+    flags.DEFINE_float("learning_rate", d["learning_rate"], "Adam learning rate of the "
+                       "dependency probes (Clark et al.'s).")
     flags.DEFINE_integer("upos_steps", d["upos_steps"], "Full-batch Adam steps of each "
                          "layer's UPOS classifier.")
     flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
