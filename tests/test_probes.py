@@ -8,7 +8,7 @@ import pytest
 from conftest import PYTHON, run_command
 from test_analysis_cli import _save_tiny_model
 
-from bert_tf.analysis import probe_syntax, probes
+from bert_tf.analysis import probe_syntax, probes, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence
 
 # (word, UPOS, head) per word; heads 1-based, 0 = root.
@@ -155,3 +155,9 @@ def test_bad_input_names_file_and_writes_nothing(tiny_model, tmp_path, content, 
 def test_bad_flag_is_named(tiny_model, tmp_path):
     with pytest.raises(probe_syntax.AnalysisError, match="--epochs must be at least 1"):
         probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x", epochs=0))
+
+
+def test_word_vectors_average_their_pieces():
+    vectors = np.array([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    words = statistics.to_word_vectors(vectors, [0, 1, 1, 2, 3])  # [CLS] a ##b c [SEP]
+    np.testing.assert_allclose(words, [[0, 0], [2, 3], [5, 6], [7, 8]])

@@ -12,7 +12,6 @@ from random initialisation. Writes probes.json, uas.csv, upos_by_layer.csv,
 head_weights.json and probes.png. See docs/attention.md.
 """
 
-import csv
 import dataclasses
 import json
 import os
@@ -32,7 +31,9 @@ from bert_tf.analysis.analyze_attention import (
     AnalysisError,
     _batches,
     _features,
+    _write_csv,
     conllu_segments,
+    define_checkpoint_flags,
     load_model,
 )
 from bert_tf.data.conllu import ConlluError, read_conllu
@@ -296,13 +297,6 @@ def run_probes(args):
 # Output
 
 
-def _write_csv(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
 def _write_json(path, value):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=1)
@@ -345,9 +339,7 @@ def _write_report(report, weights, output_dir):
 def define_flags():
     """The command line's flags; defaults come from ProbeArgs."""
     d = bert_tf.flag_defaults(ProbeArgs)
-    flags.DEFINE_string("init_checkpoint", None, "Checkpoint directory or prefix to probe.")
-    flags.DEFINE_string("bert_config_file", None, "The model's bert_config.json.")
-    flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary of the model.")
+    define_checkpoint_flags()
     flags.DEFINE_string("output_dir", None, "Where probes.json, uas.csv, upos_by_layer.csv, "
                         "head_weights.json and probes.png go.")
     flags.DEFINE_string("train_conllu", None, "CoNLL-U gold parses (HEAD and UPOS) to train "
@@ -375,8 +367,7 @@ def define_flags():
     flags.DEFINE_bool("random_init", d["random_init"], "Also probe the same architecture "
                       "with random weights (the control).")
     flags.DEFINE_integer("seed", d["seed"], "Seed of the random-init model and of the probes.")
-    for name in ("init_checkpoint", "bert_config_file", "vocab_file", "output_dir",
-                 "train_conllu"):
+    for name in ("output_dir", "train_conllu"):
         flags.mark_flag_as_required(name)
 
 
