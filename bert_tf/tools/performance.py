@@ -1,0 +1,193 @@
+"""Step-time model of data-parallel BERT pretraining: per-GPU compute, the optimizer
+update, the gradient allreduce and the input pipeline, for `python -m bert_tf estimate`.
+
+One optimizer update on every rank takes
+    accumulation x micro-step + update + allreduce (+ nothing hidden: see ALLREDUCE_OVERLAP)
+with
+    micro-step = b x (FLOPs / (peak x COMPUTE_EFFICIENCY) + ELEMENTWISE_PASSES x activation
+                 bytes / memory bandwidth) + MICRO_STEP_OVERHEAD_S
+    update     = OPTIMIZER_BYTES_PER_PARAM x P / memory bandwidth + UPDATE_OVERHEAD_S
+    allreduce  = hierarchical ring: 2(g-1)/g x bytes / GPU link (inside a node) +
+                 2(n-1)/n x bytes / node network (across nodes), at LINK_EFFICIENCY, plus
+                 one latency per ring step and fusion buffer.
+The constants are fitted to NVIDIA's published BERT-large pretraining throughput
+(DeepLearningExamples TensorFlow and TensorFlow2 READMEs, every single-node and multi-node
+row): `python bench/estimate_vs_published.py --fit` prints them and the error per row.
+"""
+
+import dataclasses
+import math
+
+from bert_tf.model.config import BertConfig
+from bert_tf.tools import model_size
+from bert_tf.tools.hardware import GpuSpec
+
+# Fraction of the matmul peak BERT's FLOPs reach, by GPU generation and the unit doing
+# them: tensor cores in fp16/bf16 ("half") or TF32, or plain fp32 (no tensor cores: V100,
+# T4). Published TensorFlow BERT figures exist for Volta and Ampere only; Turing borrows
+# Volta's, Ada and Hopper borrow Ampere's (an assumption until measured there).
+# bench/estimate_vs_published.py --fit.
+COMPUTE_EFFICIENCY = {"volta-half": 0.581, "volta-fp32": 0.824, "ampere-half": 0.536,
+                      "ampere-tf32": 0.569}
+GENERATION = {"volta": "volta", "turing": "volta", "ampere": "ampere", "ada": "ampere",
+              "hopper": "ampere"}
+# Memory traffic of the elementwise ops (softmax, LayerNorm, GELU, dropout, casts) in
+# multiples of the activations a sequence keeps (model_size.activation_bytes_per_sequence).
+ELEMENTWISE_PASSES = 5.90
+# Per micro-step launch, host and input overhead, seconds.
+MICRO_STEP_OVERHEAD_S = 0.058
+# LAMB reads weights, gradients (or the accumulator) and two slots, and writes weights,
+# slots and the zeroed accumulator: ~8 float32 accesses per parameter, plus half copies.
+OPTIMIZER_BYTES_PER_PARAM = 36
+UPDATE_OVERHEAD_S = 0.078  # clipping, loss-scale checks, host round trip
+# Achieved / line-rate bandwidth of NCCL rings (nccl-tests bus bandwidth is typically
+# 70-85% of the link; TCP through the host gets less than RDMA).
+LINK_EFFICIENCY = {"nvlink": 0.8, "pcie": 0.7, "rdma": 0.8, "tcp": 0.5}
+RING_STEP_LATENCY_S = {"intra": 10e-6, "inter": 30e-6}
+# Horovod's default HOROVOD_FUSION_THRESHOLD (128 MiB since 0.21).
+FUSION_BUFFER_BYTES = 128 * 2**20
+# bert_tf allreduces the accumulated gradients once per update in one grouped op
+# (bert_tf/train/distributed.py allreduce_sum), after the last backward pass: nothing of
+# it overlaps the backward pass. With per-tensor allreduces and no accumulation, Horovod
+# could hide up to the backward pass (2/3 of the compute).
+ALLREDUCE_OVERLAP = 0.0
+# Sequences/s one CPU core feeds from pre-masked TFRecords (parse, batch, prefetch);
+# an assumption until bench measures it on a cloud host.
+INPUT_SEQUENCES_PER_CPU_S = 400.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What each rank runs: the model and the run_pretraining settings that set its cost."""
+
+    bert_config: BertConfig
+    seq_length: int
+    max_predictions_per_seq: int
+    batch_size: int  # per GPU per micro-step
+    precision: str = "fp16"
+    use_xla: bool = True
+    fp16_allreduce: bool = False
+
+    @property
+    def flops_per_sequence(self) -> float:
+        return model_size.training_flops_per_sequence(self.bert_config, self.seq_length,
+                                                      self.max_predictions_per_seq)
+
+    @property
+    def gradient_bytes(self) -> int:
+        return model_size.count_parameters(self.bert_config) * (2 if self.fp16_allreduce else 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    gpu: GpuSpec
+    gpus_per_node: int
+    num_nodes: int = 1
+    network_gbps: float = 100.0  # per node, line rate
+    rdma: bool = True
+    vcpus_per_node: int | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+def efficiency_class(gpu: GpuSpec, precision: str) -> str:
+    """COMPUTE_EFFICIENCY's key for this GPU and --precision."""
+    if precision != "fp32":
+        unit = "half"
+    else:
+        unit = "tf32" if gpu.tf32_tflops else "fp32"
+    return f"{GENERATION[gpu.architecture]}-{unit}"
+
+
+def micro_step_seconds(w: Workload, gpu: GpuSpec) -> float:
+    """Forward and backward of one micro-batch on one GPU (model, no measurement)."""
+    peak = gpu.peak_tflops(w.precision) * 1e12 * COMPUTE_EFFICIENCY[efficiency_class(gpu, w.precision)]
+    traffic = ELEMENTWISE_PASSES * model_size.activation_bytes_per_sequence(
+        w.bert_config, w.seq_length, w.max_predictions_per_seq, w.precision, w.use_xla)
+    per_sequence = w.flops_per_sequence / peak + traffic / (gpu.memory_gb_s * 1e9)
+    return w.batch_size * per_sequence + MICRO_STEP_OVERHEAD_S
+
+
+def update_seconds(w: Workload, gpu: GpuSpec) -> float:
+    """The optimizer step (memory bound) and its fixed cost, once per update."""
+    params = model_size.count_parameters(w.bert_config)
+    return OPTIMIZER_BYTES_PER_PARAM * params / (gpu.memory_gb_s * 1e9) + UPDATE_OVERHEAD_S
+
+
+def _ring_seconds(size_bytes, ranks, bandwidth_bytes_s, latency_s):
+    if ranks <= 1:
+        return 0.0
+    steps = 2 * (ranks - 1)
+    messages = max(1, math.ceil(size_bytes / FUSION_BUFFER_BYTES))
+    return steps / ranks * size_bytes / bandwidth_bytes_s + steps * messages * latency_s
+
+
+def allreduce_parts(size_bytes, cluster: Cluster) -> tuple[float, float]:
+    """Seconds of a hierarchical ring allreduce (NCCL's) inside the nodes (NVLink/PCIe) and
+    across them (the network, each GPU carrying 1/g of the data on its share of the NICs)."""
+    gpu = cluster.gpu
+    link = "nvlink" if gpu.nvlink_gb_s else "pcie"
+    intra = _ring_seconds(size_bytes, cluster.gpus_per_node,
+                          gpu.link_gb_s * 1e9 * LINK_EFFICIENCY[link], RING_STEP_LATENCY_S["intra"])
+    network = cluster.network_gbps / 8 * 1e9 * LINK_EFFICIENCY["rdma" if cluster.rdma else "tcp"]
+    inter = _ring_seconds(size_bytes, cluster.num_nodes, network, RING_STEP_LATENCY_S["inter"])
+    return intra, inter
+
+
+def allreduce_seconds(size_bytes, cluster: Cluster) -> float:
+    return sum(allreduce_parts(size_bytes, cluster))
+
+
+@dataclasses.dataclass
+class StepTime:
+    """Seconds of one optimizer update, by part, and the sequences it trains."""
+
+    compute: float  # accumulation x micro-steps
+    update: float
+    allreduce: float  # exposed (not overlapped) part
+    sequences: int  # all ranks
+    input_capacity: float | None  # sequences/s the nodes' CPUs can feed, all nodes
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.update + self.allreduce
+
+    @property
+    def sequences_per_second(self) -> float:
+        rate = self.sequences / self.seconds
+        return min(rate, self.input_capacity) if self.input_capacity else rate
+
+    @property
+    def bottleneck(self) -> str:
+        if self.input_capacity and self.input_capacity < self.sequences / self.seconds:
+            return "input"
+        parts = {"compute": self.compute, "allreduce": self.allreduce, "update": self.update}
+        return max(parts, key=parts.get)
+
+
+def step_time(w: Workload, cluster: Cluster, accumulation: int,
+              measured_sequences_per_second=None) -> StepTime:
+    """One update on `cluster`; a measured per-GPU sequences/s (micro-steps and update of a
+    one-GPU run) replaces the compute and update model."""
+    if measured_sequences_per_second:
+        compute = accumulation * w.batch_size / measured_sequences_per_second
+        update = 0.0
+    else:
+        compute = accumulation * micro_step_seconds(w, cluster.gpu)
+        update = update_seconds(w, cluster.gpu)
+    backward = compute * 2 / 3 if accumulation == 1 else 0.0
+    allreduce = max(0.0, allreduce_seconds(w.gradient_bytes, cluster)
+                    - ALLREDUCE_OVERLAP * backward)
+    capacity = (cluster.vcpus_per_node * INPUT_SEQUENCES_PER_CPU_S * cluster.num_nodes
+                if cluster.vcpus_per_node else None)
+    return StepTime(compute, update, allreduce,
+                    accumulation * w.batch_size * cluster.num_gpus, capacity)
+
+
+def negligible_accumulation(w: Workload, cluster: Cluster, fraction=0.05) -> int:
+    """The smallest accumulation whose update + allreduce cost under `fraction` of the step."""
+    per_micro = micro_step_seconds(w, cluster.gpu)
+    overhead = update_seconds(w, cluster.gpu) + allreduce_seconds(w.gradient_bytes, cluster)
+    return max(1, math.ceil(overhead * (1 - fraction) / (fraction * per_micro)))
