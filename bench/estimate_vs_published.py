@@ -272,7 +272,7 @@ def print_table(rows):
     print("| README line | system | nodes x GPUs | seq | precision | batch/GPU | accumulation "
           "| published seq/s | predicted | error |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for r, e in zip(rows, errs):
+    for r, e in zip(rows, errs, strict=True):
         print(f"| {r.source} | {SYSTEMS[r.system].label} | {r.nodes} x {r.gpus_per_node} | "
               f"{r.seq} | {'mixed' if r.precision == 'fp16' else 'FP32/TF32'} | {r.batch} | "
               f"{r.accumulation} | {r.published:,.1f} | {r.published * (1 + e):,.1f} | "

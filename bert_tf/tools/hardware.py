@@ -14,6 +14,11 @@ import dataclasses
 PCIE_GB_S = {3: 15.75, 4: 31.5, 5: 63.0}
 
 
+class HardwareError(ValueError):
+    """An unknown GPU or instance name (the message lists the known ones), or a
+    precision the GPU has no unit for."""
+
+
 @dataclasses.dataclass(frozen=True)
 class GpuSpec:
     """One GPU model. TFLOPS are dense peaks; None where the GPU has no such unit."""
@@ -35,7 +40,8 @@ class GpuSpec:
             return self.fp16_tflops
         if precision == "bf16":
             if self.bf16_tflops is None:
-                raise ValueError(f"{self.name} has no bfloat16 tensor cores: use --precision=fp16")
+                raise HardwareError(f"{self.name} has no bfloat16 tensor cores: use "
+                                    "--precision=fp16")
             return self.bf16_tflops
         return self.tf32_tflops or self.fp32_tflops
 
@@ -129,10 +135,6 @@ INSTANCES = {i.name: i for i in (
                  "https://learn.microsoft.com/azure/virtual-machines/nd-h100-v5-series and "
                  "https://azure.microsoft.com/pricing/details/virtual-machines/linux/"),
 )}
-
-
-class HardwareError(ValueError):
-    """An unknown GPU or instance name; the message lists the known ones."""
 
 
 def get_gpu(name: str) -> GpuSpec:

@@ -46,8 +46,9 @@ def resolve_hardware(instance=None, gpu=None, gpus_per_node=None, network_gbps=N
     elif price_per_device_hour is not None:
         price = price_per_device_hour * count
     link = f"{g.link_name} {g.link_gb_s:g} GB/s per direction" if count > 1 else "one GPU"
+    assumed = "" if instance or network_gbps else " (assumed: pass --network_gbps)"
     description = (f"{where}{count} x {g.name} ({g.memory_gb:g} GB, {link}), network "
-                   f"{network:g} Gbps {'RDMA' if rdma else 'TCP'}")
+                   f"{network:g} Gbps {'RDMA' if rdma else 'TCP'}{assumed}")
     return Hardware(g, count, network, rdma, vcpus, price, description)
 
 
@@ -133,12 +134,15 @@ def print_step(row: PlanRow, workload, hardware):
 
 
 def print_table(rows: list[PlanRow]):
-    print("nodes  GPUs  batch x accum   seq/s      efficiency  time to train  cost     "
-          "bottleneck")
+    print("nodes  GPUs  batch x accum   seq/s      efficiency  time to train  cost      "
+          "step: compute/optimizer/allreduce")
     for r in rows:
+        s = r.step
+        shares = "/".join(f"{part / s.seconds:.0%}" for part in (s.compute, s.update, s.allreduce))
         print(f"{r.num_nodes:>5}  {r.num_gpus:>4}  {r.batch_size:>5} x {r.accumulation:<6} "
-              f"{r.step.sequences_per_second:>9,.0f}  {r.efficiency:>9.1%}  "
-              f"{_duration(r.seconds):>13}  {_money(r.cost):>8} {r.step.bottleneck}")
+              f"{s.sequences_per_second:>9,.0f}  {r.efficiency:>9.1%}  "
+              f"{_duration(r.seconds):>13}  {_money(r.cost):>8}  {shares}"
+              + ("  input-bound" if s.bottleneck == "input" else ""))
 
 
 def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, global_batch,
