@@ -15,17 +15,22 @@ NEGLIGIBLE = 0.05
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-    gpu: GpuSpec
-    gpus_per_node: int
-    network_gbps: float
-    rdma: bool
-    vcpus_per_node: int | None
+    """One node (a one-node Cluster), its price and how to name it."""
+
+    node: performance.Cluster
     price_per_node_hour: float | None
     description: str
 
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.node.gpu
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus_per_node
+
     def cluster(self, num_nodes) -> performance.Cluster:
-        return performance.Cluster(self.gpu, self.gpus_per_node, num_nodes, self.network_gbps,
-                                   self.rdma, self.vcpus_per_node)
+        return dataclasses.replace(self.node, num_nodes=num_nodes)
 
 
 def resolve_hardware(instance=None, gpu=None, gpus_per_node=None, network_gbps=None,
@@ -49,7 +54,7 @@ def resolve_hardware(instance=None, gpu=None, gpus_per_node=None, network_gbps=N
     assumed = "" if instance or network_gbps else " (assumed: pass --network_gbps)"
     description = (f"{where}{count} x {g.name} ({g.memory_gb:g} GB, {link}), network "
                    f"{network:g} Gbps {'RDMA' if rdma else 'TCP'}{assumed}")
-    return Hardware(g, count, network, rdma, vcpus, price, description)
+    return Hardware(performance.Cluster(g, count, 1, network, rdma, vcpus), price, description)
 
 
 @dataclasses.dataclass
