@@ -51,9 +51,10 @@ FUSION_BUFFER_BYTES = 128 * 2**20
 # it overlaps the backward pass. With per-tensor allreduces and no accumulation, Horovod
 # could hide up to the backward pass (2/3 of the compute).
 ALLREDUCE_OVERLAP = 0.0
-# Sequences/s one CPU core feeds from pre-masked TFRecords (parse, batch, prefetch);
-# an assumption until bench measures it on a cloud host.
-INPUT_SEQUENCES_PER_CPU_S = 400.0
+# Sequences/s one CPU core feeds from pre-masked TFRecords (read, shuffle, batch, parse):
+# 16,500-28,000 at seq 128 and 512 on a shared 2-core x86 VM, the lowest taken
+# (`python bench/input_rate.py [--max_seq_length=512 --max_predictions_per_seq=80]`).
+INPUT_SEQUENCES_PER_CPU_S = 16_000.0
 
 
 @dataclasses.dataclass(frozen=True)
