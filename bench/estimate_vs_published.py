@@ -7,6 +7,7 @@ performance tables for TensorFlow (DeepLearningExamples at 729963dd, 2024-04-04)
 
     .venv/bin/python bench/estimate_vs_published.py            # markdown table + summary
     .venv/bin/python bench/estimate_vs_published.py --fit      # refit performance.py's constants
+    .venv/bin/python bench/estimate_vs_published.py --holdout=TF2  # fit on TF1, check on TF2
 
 Every row is predicted from the GPU preset, the node's links and the row's own settings
 (sequence length, per-GPU batch, accumulation, precision; XLA on as both scripts run it;
@@ -289,10 +290,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true",
                         help="refit performance.py's constants first and print them")
+    parser.add_argument("--holdout", choices=("TF1", "TF2"),
+                        help="fit on the other README's rows, print this one's (cross-check)")
     args = parser.parse_args(argv)
     rows = published_rows()
-    if args.fit:
+    if args.holdout:
+        loss = fit([r for r in rows if not r.source.startswith(args.holdout)])
+        rows = [r for r in rows if r.source.startswith(args.holdout)]
+    elif args.fit:
         loss = fit(rows)
+    if args.fit or args.holdout:
         print(f"fitted (mean |log error|^4 {loss:.3g}):")
         for name, key in FITTED:
             print(f"  {name}{f'[{key!r}]' if key else ''} = {_get(name, key):.4g}")

@@ -212,7 +212,7 @@ def test_cli_plans_a_recipe_on_cloud_instances():
     out = proc.stdout
     assert "training: 4.612e+08 sequences (7038 steps x 65536 sequences)" in out
     assert "hardware: 4 node(s) x p4d.24xlarge: 8 x a100-40gb" in out
-    assert "batch 64, fp16, XLA on" in out and "fits in 40 GB" in out
+    assert "batch 64, fp16, XLA on" in out and "of 40 GB; largest batch that fits: 210" in out
     assert "compute" in out and "allreduce: 1,345 MB of fp32 gradients per update" in out
     for line in ("scaling efficiency: ", "time to train: ", "over node counts (global batch 65536)"):
         assert line in out, out
@@ -224,6 +224,12 @@ def test_cli_plans_a_recipe_on_cloud_instances():
                         "--sequences_per_second=30", "--price_per_hour=10", "--max_nodes=2"])
     assert "per GPU: 30.0 sequences/s at batch 16" in proc.stdout
     assert "(--sequences_per_second)" in proc.stdout and "$10 per node-hour" in proc.stdout
+    # A recipe batch that does not fit the GPU is estimated at the largest that does.
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--instance=g4dn.12xlarge",
+                        "--recipe=launch/recipes/bert_large_phase2.flags", "--max_nodes=1"])
+    assert ("batch: 16 per GPU does not fit in 16 GB; estimating --train_batch_size=7"
+            in proc.stdout)
+    assert "1171 x batch 7" in proc.stdout
 
 
 def test_cli_hardware_errors_name_the_flag(tmp_path):

@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from bert_tf.tools import model_size, performance
-from bert_tf.tools.hardware import GpuSpec, get_gpu, get_instance
+from bert_tf.tools.hardware import GpuSpec, HardwareError, get_gpu, get_instance
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 # "Communication negligible": update + allreduce under this fraction of the step.
@@ -104,20 +104,32 @@ def _duration(seconds):
     return f"{seconds / 3600:.1f} h" if seconds < 96 * 3600 else f"{seconds / 86400:.1f} days"
 
 
+def fitting_batch(workload: performance.Workload, gpu: GpuSpec) -> int:
+    """The workload's per-GPU batch if its memory estimate fits the GPU (with an
+    accumulation buffer), else the largest that does, rounded down to a multiple of 8."""
+    w = workload
+    largest = model_size.largest_batch(w.bert_config, gpu.memory_gb * model_size.GIB,
+                                       w.seq_length, w.max_predictions_per_seq, w.precision,
+                                       w.use_xla)
+    if largest < 1:
+        raise HardwareError(f"BERT with H={w.bert_config.hidden_size} at seq {w.seq_length} "
+                            f"does not fit in {gpu.name}'s {gpu.memory_gb:g} GB even at batch 1")
+    return min(w.batch_size, largest - largest % 8 or largest)
+
+
 def print_memory(workload: performance.Workload, gpu: GpuSpec, accumulation):
     w = workload
     m = model_size.estimate_memory(w.bert_config, w.batch_size, w.seq_length,
                                    w.max_predictions_per_seq, w.precision, accumulation,
                                    w.use_xla)
     g = model_size.GIB
-    fits = "fits" if m.total <= gpu.memory_gb * g else "does NOT fit"
     largest = {xla: model_size.largest_batch(w.bert_config, gpu.memory_gb * g, w.seq_length,
                                              w.max_predictions_per_seq, w.precision, xla,
                                              accumulation > 1) for xla in (True, False)}
     print(f"memory per GPU: {m.total / g:.1f} GiB at batch {w.batch_size} (weights+grads+"
           f"optimizer+accumulation {(m.total - m.activations - m.workspace) / g:.1f}, "
           f"activations {m.activations / g:.1f}, workspace {m.workspace / g:.0f}, XLA "
-          f"{'on' if w.use_xla else 'off'}): {fits} in {gpu.memory_gb:g} GB; largest batch "
+          f"{'on' if w.use_xla else 'off'}) of {gpu.memory_gb:g} GB; largest batch "
           f"that fits: {largest[True]} with XLA, {largest[False]} without")
 
 
@@ -155,6 +167,11 @@ def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, gl
     """Prints the plan for `num_nodes` and the table over node counts; returns its row."""
     gpu = hardware.gpu
     print(f"hardware: {num_nodes} node(s) x {hardware.description}")
+    batch = fitting_batch(workload, gpu)
+    if batch < workload.batch_size:
+        print(f"batch: {workload.batch_size} per GPU does not fit in {gpu.memory_gb:g} GB; "
+              f"estimating --train_batch_size={batch} (more accumulation, same global batch)")
+        workload = dataclasses.replace(workload, batch_size=batch)
     row = plan_row(workload, hardware, num_nodes, global_batch, num_sequences, measured)
     per_gpu = dataclasses.replace(workload, batch_size=row.batch_size)
     one_gpu = measured or per_gpu.batch_size / performance.micro_step_seconds(per_gpu, gpu)
