@@ -68,7 +68,8 @@ GPUS = {g.name: g for g in (
     # 8.1 FP32, 65 FP16 mixed, 16 GB GDDR6 320 GB/s, PCIe gen3 x16.
     GpuSpec("t4", "turing", 8.1, None, 65.0, None, 16, 320, None, 3),
     # AWS's A10G (g5): 31.2 FP32, 35 TF32, 70 FP16/BF16 dense, 24 GB GDDR6 600 GB/s, PCIe gen4
-    # (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/, A10 vs A10G table).
+    # (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/, A10 vs A10G
+    # table; NVIDIA publishes no A10G datasheet, and other compilations give 62.5 FP16).
     GpuSpec("a10g", "ampere", 31.2, 35.0, 70.0, 70.0, 24, 600, None, 4),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     # SXM: 19.5 FP32, 156 TF32, 312 FP16/BF16; 40 GB HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s;
@@ -123,8 +124,9 @@ INSTANCES = {i.name: i for i in (
     InstanceSpec("a2-highgpu-8g", "a100-40gb", 8, 96, 100, False, 29.39,
                  "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a2-vms "
                  "and https://cloud.google.com/compute/gpus-pricing"),
-    # GPUDirect-TCPX: up to 1,000 Gbps for GPU traffic; not RDMA.
-    InstanceSpec("a3-highgpu-8g", "h100-sxm", 8, 208, 1000, False, 88.25,
+    # 1,000 Gbps in all, of which GPUDirect-TCPX's 4 x 200 Gbps NICs carry GPU traffic;
+    # not RDMA.
+    InstanceSpec("a3-highgpu-8g", "h100-sxm", 8, 208, 800, False, 88.25,
                  "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-vms "
                  "and https://cloud.google.com/compute/gpus-pricing"),
     # NDv4: 8 x 200 Gb/s HDR InfiniBand; NDv5: 8 x 400 Gb/s NDR InfiniBand.
