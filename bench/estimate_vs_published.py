@@ -228,8 +228,7 @@ def errors(rows):
 # The constants the fit tunes: (module attribute, key or None).
 FITTED = [("COMPUTE_EFFICIENCY", "volta-half"), ("COMPUTE_EFFICIENCY", "volta-fp32"),
           ("COMPUTE_EFFICIENCY", "ampere-half"), ("COMPUTE_EFFICIENCY", "ampere-tf32"),
-          ("ELEMENTWISE_PASSES", None), ("MICRO_STEP_OVERHEAD_S", None),
-          ("UPDATE_OVERHEAD_S", None)]
+          ("ELEMENTWISE_PASSES", None), ("MICRO_STEP_OVERHEAD_S", None)]
 
 
 def _get(name, key):

@@ -6,10 +6,10 @@ One optimizer update on every rank takes
 with
     micro-step = b x (FLOPs / (peak x COMPUTE_EFFICIENCY) + ELEMENTWISE_PASSES x activation
                  bytes / memory bandwidth) + MICRO_STEP_OVERHEAD_S
-    update     = OPTIMIZER_BYTES_PER_PARAM x P / memory bandwidth + UPDATE_OVERHEAD_S
-    allreduce  = hierarchical ring: 2(g-1)/g x bytes / GPU link (inside a node) +
-                 2(n-1)/n x bytes / node network (across nodes), at LINK_EFFICIENCY, plus
-                 one latency per ring step and fusion buffer.
+    update     = OPTIMIZER_BYTES_PER_PARAM x P / memory bandwidth
+    allreduce  = ring over all N GPUs (NCCL's, or Gloo's on CPUs): 2(N-1)/N x bytes at
+                 the pace of its slowest hop, NVLink/PCIe or the node's network, at
+                 LINK_EFFICIENCY, plus one latency per ring step and fusion buffer.
 The constants are fitted to NVIDIA's published BERT-large pretraining throughput
 (DeepLearningExamples TensorFlow and TensorFlow2 READMEs, every single-node and multi-node
 row): `python bench/estimate_vs_published.py --fit` prints them and the error per row.
@@ -27,19 +27,18 @@ from bert_tf.tools.hardware import GpuSpec
 # T4). Published TensorFlow BERT figures exist for Volta and Ampere only; Turing borrows
 # Volta's, Ada and Hopper borrow Ampere's (an assumption until measured there).
 # bench/estimate_vs_published.py --fit.
-COMPUTE_EFFICIENCY = {"volta-half": 0.581, "volta-fp32": 0.824, "ampere-half": 0.536,
-                      "ampere-tf32": 0.569}
+COMPUTE_EFFICIENCY = {"volta-half": 0.606, "volta-fp32": 0.831, "ampere-half": 0.557,
+                      "ampere-tf32": 0.583}
 GENERATION = {"volta": "volta", "turing": "volta", "ampere": "ampere", "ada": "ampere",
               "hopper": "ampere"}
 # Memory traffic of the elementwise ops (softmax, LayerNorm, GELU, dropout, casts) in
 # multiples of the activations a sequence keeps (model_size.activation_bytes_per_sequence).
-ELEMENTWISE_PASSES = 5.90
+ELEMENTWISE_PASSES = 6.63
 # Per micro-step launch, host and input overhead, seconds.
 MICRO_STEP_OVERHEAD_S = 0.058
 # LAMB reads weights, gradients (or the accumulator) and two slots, and writes weights,
 # slots and the zeroed accumulator: ~8 float32 accesses per parameter, plus half copies.
 OPTIMIZER_BYTES_PER_PARAM = 36
-UPDATE_OVERHEAD_S = 0.078  # clipping, loss-scale checks, host round trip
 # Achieved / line-rate bandwidth of NCCL rings (nccl-tests bus bandwidth is typically
 # 70-85% of the link; TCP through the host gets less than RDMA).
 LINK_EFFICIENCY = {"nvlink": 0.8, "pcie": 0.7, "rdma": 0.8, "tcp": 0.5}
@@ -112,33 +111,40 @@ def micro_step_seconds(w: Workload, gpu: GpuSpec) -> float:
 
 
 def update_seconds(w: Workload, gpu: GpuSpec) -> float:
-    """The optimizer step (memory bound) and its fixed cost, once per update."""
+    """The optimizer step (memory bound), once per update. (A fixed per-update cost fitted
+    to zero against the published tables once the allreduce was modelled as a ring.)"""
     params = model_size.count_parameters(w.bert_config)
-    return OPTIMIZER_BYTES_PER_PARAM * params / (gpu.memory_gb_s * 1e9) + UPDATE_OVERHEAD_S
+    return OPTIMIZER_BYTES_PER_PARAM * params / (gpu.memory_gb_s * 1e9)
 
 
-def _ring_seconds(size_bytes, ranks, bandwidth_bytes_s, latency_s):
-    if ranks <= 1:
-        return 0.0
-    steps = 2 * (ranks - 1)
-    messages = max(1, math.ceil(size_bytes / FUSION_BUFFER_BYTES))
-    return steps / ranks * size_bytes / bandwidth_bytes_s + steps * messages * latency_s
-
-
-def allreduce_parts(size_bytes, cluster: Cluster) -> tuple[float, float]:
-    """Seconds of a hierarchical ring allreduce (NCCL's) inside the nodes (NVLink/PCIe) and
-    across them (the network, each GPU carrying 1/g of the data on its share of the NICs)."""
+def ring_bandwidth(cluster: Cluster) -> tuple[str, float]:
+    """(the ring's slowest hop, its achieved bytes/s): NCCL's rings run through every GPU,
+    NVLink/PCIe inside a node and, with several nodes, each node's network (its NICs
+    shared by the rings), so the slower of the two sets the pace."""
     gpu = cluster.gpu
     link = "nvlink" if gpu.nvlink_gb_s else "pcie"
-    intra = _ring_seconds(size_bytes, cluster.gpus_per_node,
-                          gpu.link_gb_s * 1e9 * LINK_EFFICIENCY[link], RING_STEP_LATENCY_S["intra"])
-    network = cluster.network_gbps / 8 * 1e9 * LINK_EFFICIENCY["rdma" if cluster.rdma else "tcp"]
-    inter = _ring_seconds(size_bytes, cluster.num_nodes, network, RING_STEP_LATENCY_S["inter"])
-    return intra, inter
+    intra = gpu.link_gb_s * 1e9 * LINK_EFFICIENCY[link]
+    if cluster.num_nodes == 1:
+        return gpu.link_name, intra
+    kind = "rdma" if cluster.rdma else "tcp"
+    network = cluster.network_gbps / 8 * 1e9 * LINK_EFFICIENCY[kind]
+    if network < intra:
+        return f"{cluster.network_gbps:g} Gbps {kind.upper()} network", network
+    return gpu.link_name, intra
 
 
 def allreduce_seconds(size_bytes, cluster: Cluster) -> float:
-    return sum(allreduce_parts(size_bytes, cluster))
+    """Ring allreduce of `size_bytes` over all GPUs: each sends and receives 2(N-1)/N of
+    the data at the ring's pace. Latency per fusion buffer: 2(g-1) steps inside a node and
+    2 log2(n) across nodes (NCCL's trees between nodes keep it logarithmic)."""
+    ranks = cluster.num_gpus
+    if ranks <= 1:
+        return 0.0
+    messages = max(1, math.ceil(size_bytes / FUSION_BUFFER_BYTES))
+    latency = (2 * (cluster.gpus_per_node - 1) * RING_STEP_LATENCY_S["intra"]
+               + 2 * math.ceil(math.log2(cluster.num_nodes)) * RING_STEP_LATENCY_S["inter"])
+    return (2 * (ranks - 1) / ranks * size_bytes / ring_bandwidth(cluster)[1]
+            + messages * latency)
 
 
 @dataclasses.dataclass

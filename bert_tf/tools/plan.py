@@ -135,15 +135,15 @@ def print_memory(workload: performance.Workload, gpu: GpuSpec, accumulation):
 
 def print_step(row: PlanRow, workload, hardware):
     step, cluster = row.step, hardware.cluster(row.num_nodes)
-    intra, inter = performance.allreduce_parts(workload.gradient_bytes, cluster)
+    hop, bandwidth = performance.ring_bandwidth(cluster)
     print(f"one update on {row.num_nodes} node(s): compute {step.compute:.3g} s "
           f"({row.accumulation} x batch {row.batch_size}) + optimizer {step.update:.3g} s + "
           f"allreduce {step.allreduce:.3g} s = {step.seconds:.3g} s; bottleneck: "
           f"{step.bottleneck}")
     print(f"allreduce: {workload.gradient_bytes / 1e6:,.0f} MB of "
-          f"{'fp16' if workload.fp16_allreduce else 'fp32'} gradients per update, "
-          f"{1e3 * intra:.1f} ms inside a node ({hardware.gpu.link_name}) + {1e3 * inter:.1f} ms "
-          f"across nodes, after the last micro-batch (not overlapped)")
+          f"{'fp16' if workload.fp16_allreduce else 'fp32'} gradients per update in a ring of "
+          f"{cluster.num_gpus} GPUs, paced by the {hop} at {bandwidth / 1e9:.1f} GB/s achieved; "
+          "after the last micro-batch (not overlapped)")
     needed = performance.negligible_accumulation(
         dataclasses.replace(workload, batch_size=row.batch_size), cluster, NEGLIGIBLE)
     print(f"communication and optimizer under {NEGLIGIBLE:.0%} of the step from accumulation "
