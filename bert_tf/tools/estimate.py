@@ -12,7 +12,7 @@ r"""Time-to-train and cost estimate for BERT pretraining, before renting the mac
         --global_batch_size=65536 --num_devices=8 --sequences_per_second=200
 
 With --instance or --gpu the step time is modelled (bert_tf/tools/performance.py:
-compute, optimizer update, hierarchical allreduce, input) and printed for the requested
+compute, optimizer update, ring allreduce, input) and printed for the requested
 node count and as a table over node counts. The presets are bert_tf/tools/hardware.py;
 the model's error against NVIDIA's published tables is bench/estimate_vs_published.py.
 """
