@@ -36,34 +36,13 @@ BATCH, SEQ, PREDICTIONS = 4, 128, 20
 def child(args) -> None:
     """Every rank: times the gradients' allreduce alone and the whole update."""
     common.configure_tf_threads(1)
-    import tensorflow as tf
-
-    from bert_tf.model.config import BertConfig
     from bert_tf.train import distributed
-    from bert_tf.train.config import PretrainingConfig
-    from bert_tf.train.loop import PretrainingState
 
     distributed.init()
-    shape = {k: v for k, v in common.SHAPES["tiny"].items() if k != "name"}
-    bert_config = BertConfig(vocab_size=common.VOCAB_SIZE, **shape)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = PretrainingConfig(
-            bert_config_file="unused", output_dir=tmp, input_files="unused", do_train=True,
-            train_batch_size=BATCH, max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
-            num_train_steps=1000, num_warmup_steps=10, learning_rate=1e-4)
-        state = PretrainingState(bert_config, config)
-    variables = list(state.params.values())
-    distributed.broadcast_variables(list(state.checkpoint_variables().values()))
-    zeros = [tf.zeros_like(v) for v in variables]
-    allreduce = common.time_step(lambda: distributed.allreduce_sum(zeros)[0].numpy(),
-                                 warmup=1, repeats=args.repeats)
-    batch = common.synthetic_batch(BATCH, SEQ, PREDICTIONS, seed=distributed.rank())
-    features = {k: tf.constant(v) for k, v in batch.items()}
-    update = common.time_step(lambda: state.update([features]), warmup=1, repeats=args.repeats)
+    record = common.time_update_and_allreduce(distributed, "tiny", BATCH, args.repeats, SEQ,
+                                              PREDICTIONS)
     if distributed.rank() == 0:
-        common.print_json({"ranks": distributed.size(), "allreduce_s": allreduce["step_s"],
-                           "update_s": update["step_s"],
-                           "gradient_bytes": sum(4 * v.shape.num_elements() for v in variables)})
+        common.print_json(record)
 
 
 def shape_link(cluster, rate_mbit):

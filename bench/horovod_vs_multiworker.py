@@ -9,8 +9,9 @@ Horovod: `horovodrun -np 2 -H localhost:2 --gloo`, bert_tf's own update
 (bert_tf.train.loop.PretrainingState). MultiWorkerMirroredStrategy: two processes with a
 TF_CONFIG naming two workers on 127.0.0.1, the RING implementation; the same update with its
 one collective, bert_tf.train.distributed.allreduce_sum, replaced in this benchmark only by
-the strategy's replica-context all_reduce of the same tensors (a benchmark of the
-alternative, not a second training path). One thread per rank; fp32; seq 128, 20 masked.
+the collective op the strategy issues (CollectiveReduceV2, ring, over the strategy's gRPC
+cluster) on the same tensors packed into one (a benchmark of the alternative, not a second
+training path). One thread per rank; fp32; seq 128, 20 masked.
 """
 
 import argparse
@@ -32,17 +33,29 @@ SEQ, PREDICTIONS = 128, 20
 
 
 def use_strategy_collective(distributed, strategy):
-    """Points bert_tf.train.distributed at the strategy's collectives (this process only)."""
+    """Points bert_tf.train.distributed at the collective op the strategy itself issues
+    (CollectiveReduceV2 with the RING hint, over the gRPC cluster the strategy started), its
+    gradients packed into one tensor as the strategy packs them. Only in this process.
+    strategy.run cannot be called from inside bert_tf's own tf.function update."""
+    import itertools
+
     import tensorflow as tf
+    from tensorflow.python.ops import collective_ops
+
+    instance_keys = itertools.count(1)
+    size = strategy.num_replicas_in_sync
 
     def allreduce_sum(tensors, fp16_compression=False):
         del fp16_compression  # fp32 in both runs
-        return strategy.run(
-            lambda *ts: tf.distribute.get_replica_context().all_reduce("sum", list(ts)),
-            args=tuple(tensors))
+        flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+        summed = collective_ops.all_reduce_v2(
+            flat, group_size=size, group_key=1, instance_key=next(instance_keys),
+            merge_op="Add", final_op="Id", communication_hint="ring")
+        parts = tf.split(summed, [tf.size(t) for t in tensors])
+        return [tf.reshape(p, tf.shape(t)) for p, t in zip(parts, tensors, strict=True)]
 
     distributed.allreduce_sum = allreduce_sum
-    distributed.size = lambda: strategy.num_replicas_in_sync
+    distributed.size = lambda: size
     distributed.rank = lambda: strategy.cluster_resolver.task_id
 
 
@@ -50,10 +63,7 @@ def child(args) -> None:
     common.configure_tf_threads(1)
     import tensorflow as tf
 
-    from bert_tf.model.config import BertConfig
     from bert_tf.train import distributed
-    from bert_tf.train.config import PretrainingConfig
-    from bert_tf.train.loop import PretrainingState
 
     if args.child == "mwms":
         options = tf.distribute.experimental.CommunicationOptions(
@@ -62,27 +72,10 @@ def child(args) -> None:
             communication_options=options))
     else:
         distributed.init()
-    tf.random.set_seed(1)  # the same initial weights on every rank, without a broadcast
-    shape = {k: v for k, v in common.SHAPES[args.shape].items() if k != "name"}
-    with tempfile.TemporaryDirectory() as tmp:
-        config = PretrainingConfig(
-            bert_config_file="unused", output_dir=tmp, input_files="unused", do_train=True,
-            train_batch_size=args.batch_size, max_seq_length=SEQ,
-            max_predictions_per_seq=PREDICTIONS, num_train_steps=1000, num_warmup_steps=10,
-            learning_rate=1e-4)
-        state = PretrainingState(BertConfig(vocab_size=common.VOCAB_SIZE, **shape), config)
-    zeros = [tf.zeros_like(v) for v in state.params.values()]
-    allreduce = common.time_step(lambda: distributed.allreduce_sum(zeros)[0].numpy(),
-                                 warmup=2, repeats=args.repeats)
-    batch = common.synthetic_batch(args.batch_size, SEQ, PREDICTIONS, seed=distributed.rank())
-    features = {k: tf.constant(v) for k, v in batch.items()}
-    update = common.time_step(lambda: state.update([features]), warmup=2, repeats=args.repeats)
+    record = common.time_update_and_allreduce(distributed, args.shape, args.batch_size,
+                                              args.repeats, SEQ, PREDICTIONS)
     if distributed.rank() == 0:
-        common.print_json({"ranks": distributed.size(), "allreduce_s": allreduce["step_s"],
-                           "update_s": update["step_s"],
-                           "update_range_s": [update["step_s_min"], update["step_s_max"]],
-                           "sequences_per_s": distributed.size() * args.batch_size
-                           / update["step_s"]})
+        common.print_json(record)
 
 
 def free_ports(count):
