@@ -107,14 +107,6 @@ def default_efficiency(num_devices):
     return 1.0 if num_devices == 1 else 0.9
 
 
-def format_duration(seconds):
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.2f} h"
-    return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
-
-
 @dataclasses.dataclass
 class EstimateConfig:
     """The estimator's inputs (its flags): the model, the amount of training, the throughput
@@ -292,7 +284,7 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
               f"of {config.peak_tflops:g} TFLOP/s")
     print(f"assumption: linear data-parallel scaling over {config.num_devices} device(s) "
           f"x efficiency {efficiency:g} = {estimate.sequences_per_second:.4g} sequences/s")
-    print(f"time to train: {format_duration(estimate.seconds)}, "
+    print(f"time to train: {plan.format_duration(estimate.seconds)}, "
           f"{estimate.device_hours:.1f} device-hours")
     if config.price_per_device_hour is not None:
         print(f"cost: {estimate.cost(config.price_per_device_hour):,.2f} at "

@@ -9,7 +9,7 @@ with
     update     = OPTIMIZER_BYTES_PER_PARAM x P / memory bandwidth
     allreduce  = ring over all N GPUs (NCCL's, or Gloo's on CPUs): 2(N-1)/N x bytes at
                  the pace of its slowest hop, NVLink/PCIe or the node's network, at
-                 LINK_EFFICIENCY, plus one latency per ring step and fusion buffer.
+                 LINK_EFFICIENCY, plus a latency per fusion buffer.
 The constants are fitted to NVIDIA's published BERT-large pretraining throughput
 (DeepLearningExamples TensorFlow and TensorFlow2 READMEs, every single-node and multi-node
 row): `python bench/estimate_vs_published.py --fit` prints them and the error per row.

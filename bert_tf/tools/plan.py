@@ -100,8 +100,12 @@ def _money(value):
     return "n/a" if value is None else f"${value:,.0f}"
 
 
-def _duration(seconds):
-    return f"{seconds / 3600:.1f} h" if seconds < 96 * 3600 else f"{seconds / 86400:.1f} days"
+def format_duration(seconds):
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
 
 
 def fitting_batch(workload: performance.Workload, gpu: GpuSpec) -> int:
@@ -151,14 +155,14 @@ def print_step(row: PlanRow, workload, hardware):
 
 
 def print_table(rows: list[PlanRow]):
-    print("nodes  GPUs  batch x accum   seq/s      efficiency  time to train  cost      "
+    print("nodes  GPUs  batch x accum   seq/s      efficiency  time to train       cost      "
           "step: compute/optimizer/allreduce")
     for r in rows:
         s = r.step
         shares = "/".join(f"{part / s.seconds:.0%}" for part in (s.compute, s.update, s.allreduce))
         print(f"{r.num_nodes:>5}  {r.num_gpus:>4}  {r.batch_size:>5} x {r.accumulation:<6} "
               f"{s.sequences_per_second:>9,.0f}  {r.efficiency:>9.1%}  "
-              f"{_duration(r.seconds):>13}  {_money(r.cost):>8}  {shares}"
+              f"{format_duration(r.seconds):>18}  {_money(r.cost):>8}  {shares}"
               + ("  input-bound" if s.bottleneck == "input" else ""))
 
 
@@ -189,7 +193,7 @@ def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, gl
           f"{row.step.sequences_per_second:,.0f} sequences/s in all")
     price = ("no price: pass --price_per_hour" if hardware.price_per_node_hour is None else
              f"${hardware.price_per_node_hour:g} per node-hour")
-    print(f"time to train: {_duration(row.seconds)} ({row.seconds / 3600 * row.num_gpus:,.0f} "
+    print(f"time to train: {format_duration(row.seconds)} ({row.seconds / 3600 * row.num_gpus:,.0f} "
           f"GPU-hours), cost {_money(row.cost)} ({price})")
     print(f"\nover node counts (global batch {global_batch}):")
     print_table(scaling_table(workload, hardware, global_batch, num_sequences, measured,
