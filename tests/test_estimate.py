@@ -1,6 +1,7 @@
 """bert_tf.tools.estimate and what it builds on (model_size, hardware, performance, plan):
 the arithmetic, checked against numbers worked out by hand, and the command line."""
 
+import dataclasses
 import json
 import math
 
@@ -8,7 +9,7 @@ import pytest
 from conftest import PYTHON, run_command
 
 from bert_tf.model.config import BertConfig
-from bert_tf.tools import estimate, hardware, model_size, performance, plan
+from bert_tf.tools import estimate, hardware, model_size, performance, plan, recipe
 
 BASE, LARGE = model_size.MODEL_PRESETS["base"], model_size.MODEL_PRESETS["large"]
 
@@ -250,3 +251,22 @@ def test_cli_hardware_errors_name_the_flag(tmp_path):
         "--gpu=v100-16gb", "--recipe=launch/recipes/bert_base_phase1.flags", "--precision=bf16")
     assert "need the per-GPU batch: --train_batch_size or --recipe" in error(
         "--gpu=t4", "--model=base", "--num_sequences=1e6")
+
+
+def test_recipe_fills_what_the_flags_leave_unset(tmp_path):
+    config = estimate.EstimateConfig(recipe="launch/recipes/bert_large_phase2.flags",
+                                     max_seq_length=384, use_xla=False)
+    filled = recipe.with_recipe(config)
+    assert (filled.max_seq_length, filled.use_xla) == (384, False)  # the flags win
+    assert (filled.train_batch_size, filled.num_accumulation_steps, filled.num_train_steps,
+            filled.global_batch_size, filled.precision, filled.max_predictions_per_seq) == (
+        16, 256, 1563, 32768, "fp16", 80)
+    assert filled.bert_config_file == "launch/configs/bert_large_uncased_config.json"
+    assert filled.fp16_allreduce is False  # not in the recipe: run_pretraining.py's default
+    # Another way of counting the training drops the recipe's steps; --model its config.
+    other = recipe.with_recipe(dataclasses.replace(config, num_sequences=1e6, model="base"))
+    assert other.num_train_steps is None and other.bert_config_file is None
+    bad = tmp_path / "bad.flags"
+    bad.write_text("--train_batch_size=lots\n")
+    with pytest.raises(recipe.RecipeError, match=f"--recipe={bad}: --train_batch_size"):
+        recipe.with_recipe(estimate.EstimateConfig(recipe=str(bad)))
