@@ -8,6 +8,7 @@ performance tables for TensorFlow (DeepLearningExamples at 729963dd, 2024-04-04)
     .venv/bin/python bench/estimate_vs_published.py            # markdown table + summary
     .venv/bin/python bench/estimate_vs_published.py --fit      # refit performance.py's constants
     .venv/bin/python bench/estimate_vs_published.py --holdout=TF2  # fit on TF1, check on TF2
+    .venv/bin/python bench/estimate_vs_published.py --time_to_train  # whole runs, held out
 
 Every row is predicted from the GPU preset, the node's links and the row's own settings
 (sequence length, per-GPU batch, accumulation, precision; XLA on as both scripts run it;
@@ -285,13 +286,55 @@ def print_table(rows):
     return within == len(rows)
 
 
+# The READMEs' "Pre-training accuracy" tables: whole two-phase runs, wall-clock hours (TF1
+# lines 724-727, TF2 lines 670-673), never used by the fit. Their scripts' steps: phase 1 is
+# 9/10 of train_steps (TF1 default 7820, TF2 8341), phase 2 1/10 scaled by the global
+# batches' ratio (scripts/run_pretraining_lamb_phase{1,2}.sh).
+# readme system nodes gpus precision batch1 batch2 accumulation1 accumulation2 hours
+WHOLE_RUNS = """
+TF1:724 dgx2h 32 16 fp16 64 8 2 8 2.63
+TF1:725 dgx2h 32 16 fp32 32 8 4 8 8.48
+TF1:726 dgxa100-40 32 8 fp16 64 16 4 8 3.24
+TF1:727 dgxa100-40 32 8 fp32 64 8 4 16 4.58
+TF2:670 dgx2h 32 16 fp16 56 10 2 6 2.67
+TF2:671 dgx2h 32 16 fp32 32 4 4 16 8.02
+TF2:672 dgxa100-80 32 8 fp16 312 40 1 3 2.02
+TF2:673 dgxa100-80 32 8 fp32 176 22 2 6 3.57
+"""
+TRAIN_STEPS = {"TF1": 7820, "TF2": 8341}
+
+
+def print_time_to_train():
+    """Predicted steady-state hours of each whole run against its published wall clock."""
+    print("| README line | system | nodes x GPUs | precision | published h | predicted h "
+          "| predicted / published |")
+    print("|---|---|---|---|---|---|---|")
+    for line in WHOLE_RUNS.strip().splitlines():
+        source, system, *fields = line.split()
+        nodes, gpus, precision = int(fields[0]), int(fields[1]), fields[2]
+        b1, b2, a1, a2 = map(int, fields[3:7])
+        world = nodes * gpus
+        steps = TRAIN_STEPS[source[:3]]
+        phase1 = steps * 9 // 10 * b1 * a1 * world
+        phase2 = steps // 10 * (b1 * a1) // (b2 * a2) * b2 * a2 * world
+        seconds = sum(sequences / predict(Row(source, system, nodes, gpus, seq, precision, b, a, 0))
+                      for sequences, seq, b, a in ((phase1, 128, b1, a1), (phase2, 512, b2, a2)))
+        hours = float(fields[7])
+        print(f"| {source} | {SYSTEMS[system].label} | {nodes} x {gpus} | {precision} | "
+              f"{hours} | {seconds / 3600:.2f} | {seconds / 3600 / hours:.2f} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true",
                         help="refit performance.py's constants first and print them")
+    parser.add_argument("--time_to_train", action="store_true",
+                        help="whole published pretraining runs (held out) instead of the tables")
     parser.add_argument("--holdout", choices=("TF1", "TF2"),
                         help="fit on the other README's rows, print this one's (cross-check)")
     args = parser.parse_args(argv)
+    if args.time_to_train:
+        return print_time_to_train()
     rows = published_rows()
     if args.holdout:
         loss = fit([r for r in rows if not r.source.startswith(args.holdout)])
