@@ -270,3 +270,13 @@ def test_recipe_fills_what_the_flags_leave_unset(tmp_path):
     bad.write_text("--train_batch_size=lots\n")
     with pytest.raises(recipe.RecipeError, match=f"--recipe={bad}: --train_batch_size"):
         recipe.with_recipe(estimate.EstimateConfig(recipe=str(bad)))
+
+
+def test_a_node_with_few_cpus_is_input_bound():
+    gpu = hardware.GPUS["h100-sxm"]
+    cluster = performance.Cluster(gpu, 8, 1, vcpus_per_node=1)
+    step = performance.step_time(phase1_workload(), cluster, 4, measured_sequences_per_second=1e5)
+    assert step.bottleneck == "input"
+    assert step.sequences_per_second == performance.INPUT_SEQUENCES_PER_CPU_S
+    roomy = dataclasses.replace(cluster, vcpus_per_node=192)
+    assert performance.step_time(phase1_workload(), roomy, 4).bottleneck == "compute"
