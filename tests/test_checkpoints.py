@@ -213,3 +213,18 @@ def test_stale_temporaries_of_our_naming_only_are_removed(tmp_path):
     assert sorted(os.path.basename(p) for p in removed) == sorted(ours)
     assert all((tmp_path / name).exists() for name in others)
     assert checkpoints.latest_checkpoint(tmp_path).endswith("model.ckpt-1")
+
+
+def test_relative_directory_lists_prunes_and_sets_aside(tmp_path, monkeypatch):
+    """Every README example passes a relative --output_dir: the state file's entries must be
+    found under it, --keep_checkpoint_max applied, and a set-aside checkpoint dropped."""
+    monkeypatch.chdir(tmp_path)
+    variables = {"w": tf.Variable([1.0, 2.0])}
+    for step in (10, 20, 30):
+        save_checkpoint(variables, "runs/rel", step, keep_max=2)
+    assert checkpoints.listed_checkpoints("runs/rel") == [
+        os.path.join("runs/rel", "model.ckpt-30"), os.path.join("runs/rel", "model.ckpt-20")]
+    assert not (tmp_path / "runs/rel/model.ckpt-10.index").exists()
+    checkpoints.set_aside(os.path.join("runs/rel", "model.ckpt-30"))
+    assert checkpoints.listed_checkpoints("runs/rel") == [os.path.join("runs/rel",
+                                                                       "model.ckpt-20")]

@@ -351,3 +351,17 @@ def test_bert_config_json_follows_the_umask(data, tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out" / "bert_config.json").stat().st_mode) == 0o644
 
+
+
+def test_relative_output_dir_resumes_and_keeps_keep_checkpoint_max(data, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    loop.run(_config(data, "rel/out", num_train_steps=2, save_checkpoints_steps=1,
+                     keep_checkpoint_max=1))
+    assert sorted(p.name for p in (tmp_path / "rel/out").glob("*.index")) == [
+        "model.ckpt-2.index"]
+    summary = loop.run(_config(data, "rel/out", num_train_steps=3, save_checkpoints_steps=1,
+                               keep_checkpoint_max=1))["train"]
+    assert summary["updates_this_run"] == 1  # resumed at step 2, not retrained from 0
+    assert sorted(p.name for p in (tmp_path / "rel/out").glob("*.index")) == [
+        "model.ckpt-3.index"]

@@ -373,3 +373,21 @@ def test_empty_split_and_an_output_dir_holding_another_run_fail(ewt, tmp_path):
     with pytest.raises(checkpoints.CheckpointMismatchError,
                        match=r"model.ckpt-3 lacks \d+ variable\(s\) needed to resume exactly"):
         finetune.run(config)
+
+
+def test_relative_output_dir_resumes_and_never_overwrites_a_pretraining_run(ewt, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.tsv").write_text("a\tgood film\nb\tbad film\n" * 4)
+    config = finetuning_config(".", "rel/out", ewt.config, ewt.vocab, task_name="tsv",
+                               do_train=True, train_batch_size=4, num_train_epochs=1.0)
+    assert finetune.run(config)["train"]["global_step"] == 2
+    before = (tmp_path / "rel/out/model.ckpt-2.index").read_bytes()
+    rerun = finetune.run(config)["train"]  # finished: resumes at the end, trains nothing
+    assert rerun["global_step"] == 2 and "avg_sequences_per_second" not in rerun
+    assert (tmp_path / "rel/out/model.ckpt-2.index").read_bytes() == before
+
+    checkpoints.save_checkpoint({"global_step": tf.constant(3, tf.int64)}, "rel/pre", 3)
+    with pytest.raises(checkpoints.CheckpointMismatchError, match="model.ckpt-3 lacks"):
+        finetune.run(dataclasses.replace(config, output_dir="rel/pre"))
+    assert checkpoints.listed_checkpoints("rel/pre") == [os.path.join("rel/pre", "model.ckpt-3")]

@@ -84,10 +84,14 @@ def _write_state_file(directory, prefixes):
 
 
 def _listed_checkpoints(directory):
+    """Prefixes named in directory/checkpoint, oldest first, as os.path.join(directory, name).
+
+    tf.train.get_checkpoint_state already joins a relative entry onto `directory`; joining it
+    again broke a relative --output_dir (nothing found, so a rerun restarted at step 0)."""
     state = tf.train.get_checkpoint_state(directory)
     if state is None:
         return []
-    return [p if os.path.isabs(p) else os.path.join(directory, p)
+    return [os.path.join(directory, os.path.basename(p))
             for p in state.all_model_checkpoint_paths]
 
 
