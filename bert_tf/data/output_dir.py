@@ -12,9 +12,10 @@ LOCK_FILE = ".bert_tf.lock"
 
 def check_new_output_dir(directory, flag, holds="files"):
     """Refuses an output directory that already holds files: the command would replace them
-    (e.g. another run's checkpoint). A missing or empty directory is fine."""
+    (e.g. another run's checkpoint). A missing or empty directory (or one holding only the
+    lock of the run that checks) is fine."""
     try:
-        entries = sorted(os.listdir(directory))
+        entries = sorted(set(os.listdir(directory)) - {LOCK_FILE})
     except FileNotFoundError:
         return
     except NotADirectoryError:
