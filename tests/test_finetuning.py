@@ -251,9 +251,9 @@ def test_glue_files_are_read_with_googles_columns_and_labels(tmp_path):
                   ("it 's a charming journey . ", None, "1")),
         "mrpc": ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tHe said .\tHe says .\n",
                  "", ("He said .", "He says .", "1")),
-        "mnli": ("\t".join(["h"] * 12) + "\n" + "\t".join(
-            ["0", "1", "2", "3", "4", "5", "6", "7", "A man .", "A person .", "x",
-             "entailment"]) + "\n", "", ("A man .", "A person .", "entailment")),
+        "mnli": ("\t".join(["h"] * 16) + "\n" + "\t".join(
+            ["0", "1", "2", "3", "4", "5", "6", "7", "A man .", "A person .", "x", "x", "x",
+             "x", "x", "entailment"]) + "\n", "", ("A man .", "A person .", "entailment")),
     }
     for task, (text, _, expected) in glue.items():
         directory = tmp_path / task
@@ -325,6 +325,15 @@ def test_tsv_with_varying_column_count_fails_naming_file_and_line(ewt, tmp_path)
     assert proc.returncode == 1
     assert re.search(r"run_finetuning: error: .*train\.tsv:2: 3 tab-separated columns, but the "
                      r"first line has 2", proc.stderr), proc.stderr
+
+
+def test_another_glue_tasks_files_fail_naming_file_line_and_task(tmp_path):
+    (tmp_path / "train.tsv").write_text("gj04\t1\t\tThe sailors rode the breeze .\n"
+                                        "gj04\t0\t*\tThe more books .\n")  # CoLA's layout
+    with pytest.raises(tasks.TaskDataError, match=r"train\.tsv:1: 4 tab-separated columns, but "
+                       "--task_name=sst-2's train file has 2 as GLUE distributes it"):
+        tasks.read_examples("sst-2", str(tmp_path), "train")
+    assert len(tasks.read_examples("cola", str(tmp_path), "train")) == 2
 
 
 def test_glue_label_outside_the_task_label_set_fails(ewt, tmp_path):
