@@ -25,7 +25,7 @@ from conftest import PYTHON, REPO, run_command
 from bert_tf.data import conllu, tasks
 from bert_tf.data.tokenization import FullTokenizer
 from bert_tf.model import checkpoints
-from bert_tf.train import evaluation, finetune
+from bert_tf.train import evaluation, finetune, loop
 from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
 
 VENV_BIN = Path(sys.executable).parent
@@ -368,6 +368,10 @@ def test_flag_errors(ewt, tmp_path):
         finetune.run(dataclasses.replace(config, task_name="squad", do_train=True))
     with pytest.raises(FinetuningConfigError, match="less than one update"):
         finetune.run(dataclasses.replace(config, do_train=True, train_batch_size=1000))
+    with pytest.raises(loop.TrainingError, match="--max_seq_length=128 is longer than the "
+                       "model's max_position_embeddings=64"):
+        finetune.run(dataclasses.replace(config, do_train=True, max_seq_length=128))
+    assert not (tmp_path / "out").exists()
 
 
 def test_empty_split_and_an_output_dir_holding_another_run_fail(ewt, tmp_path):

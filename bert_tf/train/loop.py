@@ -115,7 +115,7 @@ def run(config: PretrainingConfig) -> dict:
             config, num_accumulation_steps=config.accumulation_steps_for(distributed.size()))
     # Elastic: no collective before the state's first sync, which also broadcasts the weights.
     with claimed_output_dir(config.output_dir, check_shared=not config.elastic) as report:
-        bert_config = load_bert_config(config.bert_config_file)
+        bert_config = load_bert_config(config.bert_config_file, config.max_seq_length)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
         train_files = validated_files(config, "input_files", bert_config) if config.do_train else []
@@ -504,6 +504,11 @@ def _restore_newest_readable(state, config, report: Reporter):
             report.log(f"warning: {e}")
             corrupt.append(prefix)
             continue
+        except checkpoints.CheckpointMismatchError as e:
+            raise checkpoints.CheckpointMismatchError(
+                f"--output_dir={config.output_dir} holds another run's checkpoint, which this "
+                f"run cannot resume: {e}. To start from its weights, choose a new --output_dir "
+                f"and pass --init_checkpoint={prefix}") from None
         for bad in corrupt:
             checkpoints.set_aside(bad)
             report.log(f"warning: renamed the corrupt checkpoint {bad} to "
@@ -573,10 +578,18 @@ def _enable_amp(config: PretrainingConfig, report: Reporter) -> None:
                    "bypasses Grappler): that part runs in float32")
 
 
-def load_bert_config(path: str) -> BertConfig:
+def load_bert_config(path: str, max_seq_length: int) -> BertConfig:
+    """--bert_config_file, checked to have a position for each of --max_seq_length tokens."""
     if not tf.io.gfile.exists(path):
         raise TrainingError(f"--bert_config_file={path} does not exist")
-    return BertConfig.from_json_file(path)
+    bert_config = BertConfig.from_json_file(path)
+    if max_seq_length > bert_config.max_position_embeddings:
+        raise TrainingError(
+            f"--max_seq_length={max_seq_length} is longer than the model's "
+            f"max_position_embeddings={bert_config.max_position_embeddings} in "
+            f"--bert_config_file={path}; use --max_seq_length={bert_config.max_position_embeddings}"
+            " or less")
+    return bert_config
 
 
 def load_dynamic_masking(config: PretrainingConfig,
