@@ -181,3 +181,12 @@ def test_no_room_to_write_is_a_clear_error_leaving_no_temporaries(small_dump, vo
     assert len(list((out / "documents").glob("wiki000-*.txt"))) >= 3
     run_command(command(small_dump, vocab, out, *ONE_PHASE))
     assert len(list((out / "phase1_seq128").glob("*.tfrecord"))) >= 3
+
+
+def test_phases_must_be_pairs():
+    from bert_tf.data.dataset import DatasetError, parse_phases
+
+    assert parse_phases(["128:20", "512:80"]) == ((128, 20), (512, 80))
+    for bad in (["128"], ["128:20:5"], ["x:1"], []):
+        with pytest.raises(DatasetError, match="use max_seq_length:max_predictions pairs"):
+            parse_phases(bad)

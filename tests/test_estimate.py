@@ -1,9 +1,10 @@
 """bert_tf.tools.estimate: the arithmetic, checked against numbers worked out by hand."""
 
 import json
+import shlex
 
 import pytest
-from conftest import PYTHON, run_command
+from conftest import PYTHON, REPO, run_command
 
 from bert_tf.model.config import BertConfig
 from bert_tf.tools import estimate
@@ -95,4 +96,33 @@ def test_the_estimate_takes_a_config_and_counts_the_training_one_way(capsys):
             model="tiny", num_sequences=1e6, corpus_tokens=1e9, sequences_per_second=50.0))
     with pytest.raises(estimate.EstimateError, match="--num_train_steps needs --global_batch_size"):
         estimate.print_estimate(estimate.EstimateConfig(model="tiny", num_train_steps=100,
+                                                        sequences_per_second=50.0))
+
+
+def _readme_command(start):
+    """The README's command line that starts with `start`, its continuation lines joined."""
+    lines = (REPO / "README.md").read_text().split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith(start))
+    words = []
+    for line in lines[first:]:
+        words += shlex.split(line.rstrip("\\"))
+        if not line.endswith("\\"):
+            return words
+
+
+def test_readme_estimate_example_runs_and_bad_inputs_are_named(tmp_path):
+    run_dir = tmp_path / "runs" / "phase1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "sequences_per_second": 400.0, "num_ranks": 4}) + "\n"
+        for s in (1, 2, 3)))
+    estimate.MODEL_PRESETS["base"].to_json_file(run_dir / "bert_config.json")
+    command = _readme_command("python -m bert_tf estimate")
+    proc = run_command([PYTHON, *command[1:]], cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--model=base", "--num_sequences=1e6",
+                        f"--metrics_file={run_dir}"], check=False)
+    assert proc.returncode == 2 and f"--metrics_file={run_dir} is a directory" in proc.stderr
+    with pytest.raises(estimate.EstimateError, match="positive and finite.*nan"):
+        estimate.print_estimate(estimate.EstimateConfig(model="tiny", num_sequences=float("nan"),
                                                         sequences_per_second=50.0))

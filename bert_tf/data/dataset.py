@@ -224,7 +224,10 @@ def define_flags():
 
 def parse_phases(values):
     try:
-        return tuple(tuple(int(x) for x in v.split(":")) for v in values)
+        phases = tuple(tuple(int(x) for x in v.split(":")) for v in values)
+        if not phases or any(len(phase) != 2 for phase in phases):
+            raise ValueError(values)
+        return phases
     except ValueError:
         raise DatasetError(f"--phases={','.join(values)}: use max_seq_length:max_predictions "
                            "pairs such as 128:20,512:80") from None
