@@ -5,6 +5,8 @@ model and data of test_training.py."""
 
 import json
 import os
+import re
+import resource
 import signal
 import socket
 import stat
@@ -365,3 +367,28 @@ def test_relative_output_dir_resumes_and_keeps_keep_checkpoint_max(data, tmp_pat
     assert summary["updates_this_run"] == 1  # resumed at step 2, not retrained from 0
     assert sorted(p.name for p in (tmp_path / "rel/out").glob("*.index")) == [
         "model.ckpt-3.index"]
+
+
+def test_metrics_jsonl_unwritable_mid_run_is_named_and_the_updates_are_saved(data, tmp_path):
+    """A file-size limit (as a full disk or a quota) hits metrics.jsonl within a few records:
+    the run stops with a clear error and a checkpoint of that update."""
+    limit = 32 << 20  # above the tiny model's checkpoint (~24 MB with LAMB's slots)
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    line = json.dumps({"step": 0, "note": "x" * 1000}) + "\n"  # kept on a start at step 0
+    (output_dir / "metrics.jsonl").write_text(line * ((limit - 100) // len(line)))
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    command = pretraining_command(data, output_dir, num_train_steps=4, log_every_n_steps=1,
+                                  save_checkpoints_steps=100)
+    proc = subprocess.run([str(a) for a in command], env={**os.environ, **ONE_THREAD,
+                                                          "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=LONG, preexec_fn=limited)
+    assert proc.returncode == 1, proc.stderr
+    failed = re.search(r"run_pretraining: error: cannot write .*metrics\.jsonl at step (\d) "
+                       r"\(File too large\); the updates so far are saved", proc.stderr)
+    assert failed, proc.stderr
+    assert checkpoints.latest_checkpoint(output_dir).endswith(f"model.ckpt-{failed[1]}")

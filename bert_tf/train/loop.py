@@ -248,9 +248,14 @@ def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: Loo
     step = state.step
     last = step == config.num_train_steps
     if finite and (step % config.log_every_n_steps == 0 or last):
-        report.metrics({"step": step, **plan.log_fields(step),
-                        **{k: outcome.metrics[k] for k in plan.logged_metrics},
-                        **outcome.meter.interval(), "num_ranks": distributed.size()})
+        try:
+            report.metrics({"step": step, **plan.log_fields(step),
+                            **{k: outcome.metrics[k] for k in plan.logged_metrics},
+                            **outcome.meter.interval(), "num_ranks": distributed.size()})
+        except OutputDirError as e:  # e.g. a full disk: keep the updates made so far
+            save(state, config, report, plan.keep_checkpoint_max)
+            raise TrainingError(f"{e}; the updates so far are saved: free the disk (or fix "
+                                "--output_dir) and rerun the same command to resume") from None
     if finite:
         plan.after_step(step)
     if finite and (step % plan.save_every_n_steps == 0 or last) or outcome.stopped_by:
