@@ -3,6 +3,7 @@ TFRecord, stale checkpoint temporaries, a resized resume, two runs in one --outp
 smaller bad inputs. Real processes, signals, Horovod ranks and files cut on disk; the tiny
 model and data of test_training.py."""
 
+import dataclasses
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import estimate
-from bert_tf.train import distributed, faults, loop
+from bert_tf.train import distributed, faults, loop, run_data
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 from bert_tf.train.state import INPUT_POSITION
@@ -392,3 +393,22 @@ def test_metrics_jsonl_unwritable_mid_run_is_named_and_the_updates_are_saved(dat
                        r"\(File too large\); the updates so far are saved", proc.stderr)
     assert failed, proc.stderr
     assert checkpoints.latest_checkpoint(output_dir).endswith(f"model.ckpt-{failed[1]}")
+
+
+def test_resume_on_other_data_or_sequence_length_is_refused(data, tmp_path):
+    """Phase 2 started in phase 1's --output_dir would resume at phase 1's input position in
+    other files; it is refused, naming the change and the fix (a new dir, --init_checkpoint)."""
+    output_dir = tmp_path / "out"
+    config = _config(data, output_dir, num_train_steps=2)
+    loop.run(config)
+    prefix = checkpoints.latest_checkpoint(output_dir)
+    with pytest.raises(checkpoints.CheckpointMismatchError,
+                       match=r"model.ckpt-2 was trained on other data: the --input_files differ "
+                             r"\(were 1 files, now 1, or their names or sizes\).*new "
+                             "--output_dir with --init_checkpoint="):
+        loop.run(_config(data, output_dir, num_train_steps=4, input_files=data.eval))
+    with pytest.raises(checkpoints.CheckpointMismatchError,
+                       match="--max_seq_length was 64, now 32"):
+        run_data.check(prefix, dataclasses.replace(config, max_seq_length=32))
+    assert checkpoints.latest_checkpoint(output_dir) == prefix
+    loop.run(_config(data, output_dir, num_train_steps=4))  # the same data resumes

@@ -48,7 +48,7 @@ from bert_tf.model.modeling import (
     metrics_from_sums,
     pretraining_loss,
 )
-from bert_tf.train import distributed, faults, precision
+from bert_tf.train import distributed, faults, precision, run_data
 from bert_tf.train import state as train_state
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 from bert_tf.train.report import OutputDirError, Reporter
@@ -482,6 +482,7 @@ def resume_or_initialise(state, config, report: Reporter, initialise,
                        f"checkpoint write: {', '.join(os.path.basename(p) for p in removed)}")
         latest = _restore_newest_readable(state, config, report)
         if latest:
+            run_data.check(latest, config)
             _check_run_layout(state, latest, config, report)
             report.log(f"resumed from {latest} (step {state.step}, "
                        f"input position {int(state.input_position.numpy())})")
@@ -567,7 +568,8 @@ def save(state, config, report: Reporter, keep_max: int | None) -> None:
     """Rank 0 writes the state (and the run layout) to --output_dir, keeping `keep_max`."""
     if report.enabled:
         tensors = {**state.checkpoint_variables(),
-                   RUN_LAYOUT: tf.constant(_run_layout(config), tf.int64)}
+                   RUN_LAYOUT: tf.constant(_run_layout(config), tf.int64),
+                   run_data.RUN_DATA: run_data.tensor(config)}
         prefix = checkpoints.save_checkpoint(tensors, config.output_dir, state.step,
                                              keep_max=keep_max)
         report.log(f"saved {prefix}")
