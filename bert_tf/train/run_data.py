@@ -17,18 +17,18 @@ from bert_tf.model import checkpoints
 RUN_DATA = "run_data"
 
 
-def describe(config) -> dict:
-    """--max_seq_length and the training files (names and sizes, not paths: a moved copy is the
-    same data); fine-tuning has no --input_files."""
+def describe(config) -> list[int]:
+    """[--max_seq_length, training files, a 60-bit digest of their names and sizes (not paths:
+    a moved copy is the same data)]; fine-tuning has no --input_files."""
     patterns = getattr(config, "input_files", "") if config.do_train else ""
     files = expand_patterns(patterns) if patterns else []
     listing = [[os.path.basename(f), tf.io.gfile.stat(f).length] for f in files]
-    return {"max_seq_length": config.max_seq_length, "input_files": len(files),
-            "inputs_sha256": hashlib.sha256(json.dumps(listing).encode()).hexdigest()}
+    digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+    return [config.max_seq_length, len(files), int(digest[:15], 16)]
 
 
 def tensor(config) -> tf.Tensor:
-    return tf.constant(json.dumps(describe(config), sort_keys=True))
+    return tf.constant(describe(config), tf.int64)
 
 
 def check(prefix: str, config) -> None:
@@ -36,14 +36,13 @@ def check(prefix: str, config) -> None:
     saved = checkpoints.checkpoint_tensor(prefix, RUN_DATA)
     if saved is None:  # written before this was saved
         return
-    was, now = json.loads(saved.decode()), describe(config)
+    (was_length, was_files, was_digest), now = (int(v) for v in saved), describe(config)
     changed = []
-    if was["max_seq_length"] != now["max_seq_length"]:
-        changed.append(f"--max_seq_length was {was['max_seq_length']}, now "
-                       f"{now['max_seq_length']}")
-    if was["inputs_sha256"] != now["inputs_sha256"]:
-        changed.append(f"the --input_files differ (were {was['input_files']} files, now "
-                       f"{now['input_files']}, or their names or sizes)")
+    if was_length != now[0]:
+        changed.append(f"--max_seq_length was {was_length}, now {now[0]}")
+    if was_digest != now[2]:
+        changed.append(f"the --input_files differ (were {was_files} files, now {now[1]}, or "
+                       "their names or sizes)")
     if changed:
         raise checkpoints.CheckpointMismatchError(
             f"{prefix} was trained on other data: {'; '.join(changed)}. Its input position "
