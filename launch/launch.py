@@ -400,8 +400,8 @@ def check_training_flags(config: LaunchConfig) -> None:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [REPO, os.environ.get("PYTHONPATH")]))})
     if proc.returncode:
-        raise LaunchError(f"run_pretraining.py would refuse its flags: "
-                          f"{proc.stderr.strip().splitlines()[-1]}")
+        said = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise LaunchError(f"run_pretraining.py would refuse its flags: {said[-1]}")
 
 
 def _check_sbatch_values(config: LaunchConfig) -> None:
