@@ -12,6 +12,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -270,3 +271,38 @@ def fail(message):
     """Benchmark CLI error: message to stderr, non-zero exit."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def time_update_and_allreduce(distributed, shape, batch_size, repeats, seq_length=128,
+                              masked_positions=20):
+    """On every rank of a started job: seconds of one bert_tf update (PretrainingState:
+    forward, backward, allreduce, LAMB; fp32, no accumulation) on a synthetic batch, and of
+    the allreduce of its gradients alone (bert_tf.train.distributed.allreduce_sum, which
+    the caller may have pointed elsewhere). Returns a record with the gradient bytes."""
+    import tensorflow as tf
+
+    from bert_tf.model.config import BertConfig
+    from bert_tf.train.config import PretrainingConfig
+    from bert_tf.train.loop import PretrainingState
+
+    tf.random.set_seed(1)  # the same initial weights on every rank
+    dims = {k: v for k, v in SHAPES[shape].items() if k != "name"}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = PretrainingConfig(
+            bert_config_file="unused", output_dir=tmp, input_files="unused", do_train=True,
+            train_batch_size=batch_size, max_seq_length=seq_length,
+            max_predictions_per_seq=masked_positions, num_train_steps=1000,
+            num_warmup_steps=10, learning_rate=1e-4)
+        state = PretrainingState(BertConfig(vocab_size=VOCAB_SIZE, **dims), config)
+    variables = list(state.params.values())
+    zeros = [tf.zeros_like(v) for v in variables]
+    allreduce = time_step(lambda: distributed.allreduce_sum(zeros)[0].numpy(), warmup=2,
+                          repeats=repeats)
+    batch = synthetic_batch(batch_size, seq_length, masked_positions, seed=distributed.rank())
+    features = {k: tf.constant(v) for k, v in batch.items()}
+    update = time_step(lambda: state.update([features]), warmup=2, repeats=repeats)
+    return {"ranks": distributed.size(), "allreduce_s": allreduce["step_s"],
+            "update_s": update["step_s"], "update_range_s": [update["step_s_min"],
+                                                              update["step_s_max"]],
+            "gradient_bytes": sum(4 * v.shape.num_elements() for v in variables),
+            "sequences_per_s": distributed.size() * batch_size / update["step_s"]}

@@ -24,6 +24,8 @@ COMMANDS = {
     "finetune": ("bert_tf.tools.finetune", "fine-tune and evaluate on a task (POS, GLUE, TSV)"),
     "predict": ("bert_tf.tools.predict", "fill [MASK] tokens with a checkpoint"),
     "analyze_attention": ("bert_tf.analysis.analyze_attention", "what the attention heads do"),
+    "probe_syntax": ("bert_tf.analysis.probe_syntax",
+                     "how much syntax attention and word vectors hold (UAS, UPOS probes)"),
     "demo": ("bert_tf.tools.demo", "pretrain a small BERT on Gutenberg books, end to end"),
 }
 

@@ -221,16 +221,16 @@ def test_max_predictions_too_many_wastes_compute():
 
 def test_memory_fits_or_warns_with_formula():
     phase2 = run_config(train_batch_size=16, max_seq_length=512, max_predictions_per_seq=80,
-                        num_accumulation_steps=256)
+                        num_accumulation_steps=256, use_xla=True)
     fits = doctor.check_memory(phase2, LARGE, gpu_memory_gb=32).line()
-    assert fits.startswith("OK   memory per GPU: estimate 22.1 GiB = weights 1.9 + grads 1.3 + "
-                           "optimizer 2.5 + accumulation 1.3 + activations 14.2 + workspace 1.0")
-    assert "Korthikanti" in fits and fits.endswith("<= 32 GiB")
+    assert fits.startswith("OK   memory per GPU: estimate 25.5 GiB = weights 1.9 + grads 1.3 + "
+                           "optimizer 2.5 + accumulation 1.3 + activations 17.7 + workspace 1.0")
+    assert "XLA on" in fits and "float32 probs" in fits and fits.endswith("<= 32 GiB")
     big = doctor.check_memory(run_config(train_batch_size=64, max_seq_length=512,
                                          max_predictions_per_seq=80), LARGE,
                               gpu_memory_gb=32).line()
-    assert big.startswith("WARN memory per GPU: estimate 64.6 GiB")
-    assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 24" in big
+    assert big.startswith("WARN memory per GPU: estimate 111.5 GiB")
+    assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 8" in big
 
 
 def test_half_precision_on_cpu_without_native_support_warns(tmp_path):

@@ -1,19 +1,24 @@
-"""bert_tf.tools.estimate: the arithmetic, checked against numbers worked out by hand."""
+"""bert_tf.tools.estimate and what it builds on (model_size, hardware, performance, plan):
+the arithmetic, checked against numbers worked out by hand, and the command line."""
 
+import dataclasses
 import json
+import math
 import shlex
 
 import pytest
 from conftest import PYTHON, REPO, run_command
 
 from bert_tf.model.config import BertConfig
-from bert_tf.tools import estimate
+from bert_tf.tools import estimate, hardware, model_size, performance, plan, recipe
+
+BASE, LARGE = model_size.MODEL_PRESETS["base"], model_size.MODEL_PRESETS["large"]
 
 
 def test_parameter_counts_match_published_bert_sizes():
     # Google: BERT-base 110M, BERT-large 340M (with the pretraining heads).
-    assert estimate.count_parameters(estimate.MODEL_PRESETS["base"]) == 110_106_428
-    assert estimate.count_parameters(estimate.MODEL_PRESETS["large"]) == 336_226_108
+    assert model_size.count_parameters(BASE) == 110_106_428
+    assert model_size.count_parameters(LARGE) == 336_226_108
 
 
 def test_parameter_count_by_hand_for_a_tiny_model():
@@ -22,7 +27,7 @@ def test_parameter_count_by_hand_for_a_tiny_model():
     embeddings = (10 + 6 + 2) * 4 + 2 * 4                  # 80
     layer = 4 * (16 + 4) + 2 * 4 + (32 + 8) + (32 + 4) + 2 * 4  # 172
     heads = (16 + 4) + (16 + 4 + 8) + 10 + (8 + 2)         # pooler, MLM transform+bias, NSP
-    assert estimate.count_parameters(config) == embeddings + layer + heads == 320
+    assert model_size.count_parameters(config) == embeddings + layer + heads == 320
 
 
 def test_time_and_cost_arithmetic():
@@ -47,18 +52,125 @@ def test_throughput_from_metrics_is_per_device_and_skips_the_first_record(tmp_pa
         estimate.throughput_from_metrics(path)
 
 
-def test_memory_estimate_follows_the_stated_formula():
-    base = estimate.MODEL_PRESETS["base"]
-    params = estimate.count_parameters(base)
-    m = estimate.estimate_memory(base, batch_size=8, seq_length=128, max_predictions_per_seq=20,
-                                 precision="fp32", num_accumulation_steps=1)
-    per_layer_half = 34 * 128 * 8 * 768 + 5 * 12 * 128 * 128 * 8
-    assert m.weights == 4 * params and m.gradients == 4 * params
-    assert m.optimizer_slots == 8 * params and m.accumulation == 0
-    assert m.activations == 12 * per_layer_half * 2 + 8 * 20 * 30522 * 8
-    half = estimate.estimate_memory(base, 8, 128, 20, "fp16", num_accumulation_steps=4)
-    assert half.weights == 6 * params and half.accumulation == 4 * params
-    assert half.activations == 12 * per_layer_half + 8 * 20 * 30522 * 8
+def test_training_flops_by_hand_for_bert_base_and_large():
+    # Per layer 2*s*(4H^2 + 2*H*I) + 4*s^2*H, plus the pooler 2H^2 and the MLM head
+    # 2*P*(H^2 + H*V) on the predicted positions; training = 3 x forward.
+    base_layer = 2 * 128 * (4 * 768**2 + 2 * 768 * 3072) + 4 * 128**2 * 768
+    base = 3 * (12 * base_layer + 2 * 768**2 + 2 * 20 * (768**2 + 768 * 30522))
+    assert model_size.training_flops_per_sequence(BASE, 128, 20) == base == 69_928_980_480
+    large_layer = 2 * 512 * (4 * 1024**2 + 2 * 1024 * 4096) + 4 * 512**2 * 1024
+    large = 3 * (24 * large_layer + 2 * 1024**2 + 2 * 80 * (1024**2 + 1024 * 30522))
+    assert model_size.training_flops_per_sequence(LARGE, 512, 80) == large == 1_020_534_128_640
+
+
+def test_memory_counts_what_the_model_keeps_for_the_backward_pass():
+    params = model_size.count_parameters(BASE)
+    # BERT-base, fp16 (2 bytes), no XLA, per sequence of 128 tokens: per layer 8 H-wide
+    # half tensors + 2 LayerNorms x 3 float32 H-wide + 4 I-wide half (GELU) per token, and
+    # per attention element float32 probs + a half copy + a half mask; embeddings' float32
+    # LayerNorm and mask; float32 MLM logits and their gradient.
+    layer = 128 * (8 * 768 * 2 + 2 * 3 * 4 * 768 + 4 * 3072 * 2) + 12 * 128**2 * (4 + 2 * 2)
+    per_sequence = 12 * layer + 128 * (3 * 4 * 768 + 768 * 2) + 20 * 30522 * 8
+    assert model_size.activation_bytes_per_sequence(BASE, 128, 20, "fp16") == per_sequence \
+        == 110_068_800
+    m = model_size.estimate_memory(BASE, 8, 128, 20, "fp16", num_accumulation_steps=4)
+    assert (m.weights, m.gradients, m.optimizer_slots, m.accumulation) == (
+        6 * params, 4 * params, 8 * params, 4 * params)
+    assert m.activations == 8 * per_sequence and m.workspace == model_size.GIB
+    assert model_size.estimate_memory(BASE, 8, 128, 20, "fp32").weights == 4 * params
+    # BERT-large phase 2 under XLA: 6 half + 2 float32 H-wide, 2 I-wide, probs + half + 1 byte.
+    layer = 512 * (6 * 1024 * 2 + 2 * 4 * 1024 + 2 * 4096 * 2) + 16 * 512**2 * (4 + 2 + 1)
+    xla = 24 * layer + 512 * (3 * 4 * 1024 + 1024 * 2) + 80 * 30522 * 8
+    assert model_size.activation_bytes_per_sequence(LARGE, 512, 80, "fp16", use_xla=True) \
+        == xla == 1_184_502_016
+    # Issue 24's case: BERT-base phase 2 (batch 64, seq 512, fp16) keeps ~40 GiB without XLA.
+    assert 40 < model_size.estimate_memory(BASE, 64, 512, 80, "fp16", 64).total / 2**30 < 45
+
+
+def test_largest_batch_is_the_last_that_fits():
+    memory = 40 * model_size.GIB
+    b = model_size.largest_batch(LARGE, memory, 128, 20, "fp16", use_xla=True)
+    assert model_size.estimate_memory(LARGE, b, 128, 20, "fp16", 2, True).total <= memory
+    assert model_size.estimate_memory(LARGE, b + 1, 128, 20, "fp16", 2, True).total > memory
+
+
+def test_presets_parse_and_are_complete():
+    for gpu in hardware.GPUS.values():
+        assert gpu.architecture in performance.GENERATION
+        assert 0 < gpu.fp32_tflops < gpu.fp16_tflops and gpu.memory_gb > 0 and gpu.memory_gb_s > 0
+        assert gpu.link_gb_s > 0 and gpu.pcie_gen in hardware.PCIE_GB_S
+        for precision in ("fp32", "fp16") + (("bf16",) if gpu.bf16_tflops else ()):
+            assert performance.efficiency_class(gpu, precision) in performance.COMPUTE_EFFICIENCY
+    for name, instance in hardware.INSTANCES.items():
+        assert hardware.get_instance(name.upper()) is instance
+        assert instance.gpu in hardware.GPUS and instance.gpus >= 1 and instance.vcpus >= 1
+        assert instance.network_gbps > 0 and instance.price_per_hour > 0
+        assert instance.source.startswith("https://")
+    wanted = {"p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "g4dn.xlarge", "g4dn.12xlarge",
+              "g5.xlarge", "p4d.24xlarge", "p5.48xlarge", "a2-highgpu-8g", "a3-highgpu-8g",
+              "ND96asr_v4", "ND96isr_H100_v5"}
+    assert wanted <= set(hardware.INSTANCES)
+    assert {"v100-16gb", "v100-32gb", "t4", "a10g", "a100-40gb", "a100-80gb", "h100-sxm",
+            "h200-sxm", "l4"} <= set(hardware.GPUS)
+    with pytest.raises(hardware.HardwareError, match="no bfloat16"):
+        hardware.GPUS["v100-32gb"].peak_tflops("bf16")
+    with pytest.raises(hardware.HardwareError, match="--instance=p9: unknown"):
+        hardware.get_instance("p9")
+
+
+def test_allreduce_by_hand():
+    # A ring over all 16 GPUs of 2 p4d nodes: 2(N-1)/N x bytes at the slowest hop, here the
+    # 400 Gbps RDMA network at 80% (NVLink: 300 GB/s at 80%), plus per fusion buffer 2(g-1)
+    # latencies inside a node and 2 log2(n) across; one node: NVLink paces it.
+    node = plan.resolve_hardware(instance="p4d.24xlarge")
+    size = 2 * model_size.count_parameters(LARGE)  # fp16 gradients
+    messages = math.ceil(size / performance.FUSION_BUFFER_BYTES)
+    assert performance.ring_bandwidth(node.cluster(2)) == ("400 Gbps RDMA network", 40e9)
+    assert performance.allreduce_seconds(size, node.cluster(2)) == pytest.approx(
+        30 / 16 * size / 40e9 + messages * (14 * 10e-6 + 2 * 30e-6))
+    assert performance.allreduce_seconds(size, node.cluster(1)) == pytest.approx(
+        14 / 8 * size / 240e9 + 14 * messages * 10e-6)
+    assert performance.allreduce_seconds(size, plan.resolve_hardware(gpu="t4").cluster(1)) == 0
+
+
+def phase1_workload(batch=64):
+    return performance.Workload(LARGE, 128, 20, batch, "fp16", use_xla=True)
+
+
+def test_scaling_table_is_monotone_in_node_count():
+    node = plan.resolve_hardware(instance="p4d.24xlarge")
+    rows = plan.scaling_table(phase1_workload(), node, 65536, 1e8, max_nodes=128)
+    assert [r.num_nodes for r in rows] == [1, 2, 4, 8, 16, 32, 64, 128]
+    for a, b in zip(rows, rows[1:], strict=False):
+        assert b.step.sequences_per_second > a.step.sequences_per_second
+        assert b.seconds < a.seconds and b.efficiency <= a.efficiency and b.cost >= a.cost
+        assert b.accumulation * b.batch_size * b.num_gpus == 65536
+    assert rows[-1].batch_size == 64 and rows[-1].accumulation == 1
+    # Accumulation amortises the allreduce: the suggested one keeps it under 5%.
+    w, cluster = phase1_workload(), node.cluster(8)
+    needed = performance.negligible_accumulation(w, cluster)
+    step = performance.step_time(w, cluster, needed)
+    assert (step.update + step.allreduce) / step.seconds <= 0.05
+    step = performance.step_time(w, cluster, needed - 1)
+    assert (step.update + step.allreduce) / step.seconds > 0.05
+
+
+def test_measured_throughput_overrides_the_model():
+    node = plan.resolve_hardware(gpu="a100-80gb", gpus_per_node=8)
+    modelled = plan.plan_row(phase1_workload(), node, 1, 65536, 1e8)
+    measured = plan.plan_row(phase1_workload(), node, 1, 65536, 1e8, measured=100.0)
+    assert modelled.step.compute == pytest.approx(128 * performance.micro_step_seconds(
+        phase1_workload(), node.gpu))
+    assert measured.step.compute == pytest.approx(128 * 64 / 100.0)
+    assert measured.step.sequences_per_second < 8 * 100.0 < modelled.step.sequences_per_second
+
+
+def test_a_gpu_without_instance_has_no_price_unless_given():
+    assert plan.resolve_hardware(gpu="t4").price_per_node_hour is None
+    assert plan.resolve_hardware(gpu="t4", gpus_per_node=4,
+                                 price_per_device_hour=0.5).price_per_node_hour == 2.0
+    assert plan.resolve_hardware(instance="g5.xlarge", price_per_hour=0.7).price_per_node_hour \
+        == 0.7
 
 
 def test_cli_prints_time_cost_and_assumption():
@@ -99,6 +211,78 @@ def test_the_estimate_takes_a_config_and_counts_the_training_one_way(capsys):
                                                         sequences_per_second=50.0))
 
 
+def test_cli_plans_a_recipe_on_cloud_instances():
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--instance=p4d.24xlarge",
+                        "--num_nodes=4", "--recipe=launch/recipes/bert_large_phase1.flags"])
+    out = proc.stdout
+    assert "training: 4.612e+08 sequences (7038 steps x 65536 sequences)" in out
+    assert "hardware: 4 node(s) x p4d.24xlarge: 8 x a100-40gb" in out
+    assert "batch 64, fp16, XLA on" in out and "of 40 GB; largest batch that fits: 210" in out
+    assert "allreduce: 1,345 MB of fp32 gradients per update in a ring of 32 GPUs, paced by the " \
+        "400 Gbps RDMA network at 40.0 GB/s" in out
+    for line in ("scaling efficiency: ", "time to train: ", "over node counts (global batch 65536)"):
+        assert line in out, out
+    table = out.split("over node counts")[1].splitlines()[2:]
+    assert [int(r.split()[0]) for r in table] == [1, 2, 4, 8, 16, 32, 64]
+    # A measured throughput replaces the model; the price can be overridden.
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--gpu=v100-32gb",
+                        "--gpus_per_node=4", "--recipe=launch/recipes/bert_large_phase2.flags",
+                        "--sequences_per_second=30", "--price_per_hour=10", "--max_nodes=2"])
+    assert "per GPU: 30.0 sequences/s at batch 16" in proc.stdout
+    assert "(--sequences_per_second)" in proc.stdout and "$10 per node-hour" in proc.stdout
+    # A recipe batch that does not fit the GPU is estimated at the largest that does.
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--instance=g4dn.12xlarge",
+                        "--recipe=launch/recipes/bert_large_phase2.flags", "--max_nodes=1"])
+    assert ("batch: 16 per GPU does not fit in 16 GB; estimating --train_batch_size=7"
+            in proc.stdout)
+    assert "1171 x batch 7" in proc.stdout
+
+
+def test_cli_hardware_errors_name_the_flag(tmp_path):
+    def error(*args):
+        proc = run_command([PYTHON, "-m", "bert_tf", "estimate", *args], check=False)
+        assert proc.returncode == 2, proc.stdout
+        return proc.stderr
+
+    assert "--instance=p9.large: unknown instance type" in error(
+        "--instance=p9.large", "--recipe=launch/recipes/bert_base_phase1.flags")
+    assert f"--recipe={tmp_path}/none.flags: cannot read it" in error(
+        "--gpu=t4", f"--recipe={tmp_path}/none.flags")
+    assert "v100-16gb has no bfloat16 tensor cores" in error(
+        "--gpu=v100-16gb", "--recipe=launch/recipes/bert_base_phase1.flags", "--precision=bf16")
+    assert "need the per-GPU batch: --train_batch_size or --recipe" in error(
+        "--gpu=t4", "--model=base", "--num_sequences=1e6")
+
+
+def test_recipe_fills_what_the_flags_leave_unset(tmp_path):
+    config = estimate.EstimateConfig(recipe="launch/recipes/bert_large_phase2.flags",
+                                     max_seq_length=384, use_xla=False)
+    filled = recipe.with_recipe(config)
+    assert (filled.max_seq_length, filled.use_xla) == (384, False)  # the flags win
+    assert (filled.train_batch_size, filled.num_accumulation_steps, filled.num_train_steps,
+            filled.global_batch_size, filled.precision, filled.max_predictions_per_seq) == (
+        16, 256, 1563, 32768, "fp16", 80)
+    assert filled.bert_config_file == "launch/configs/bert_large_uncased_config.json"
+    assert filled.fp16_allreduce is False  # not in the recipe: run_pretraining.py's default
+    # Another way of counting the training drops the recipe's steps; --model its config.
+    other = recipe.with_recipe(dataclasses.replace(config, num_sequences=1e6, model="base"))
+    assert other.num_train_steps is None and other.bert_config_file is None
+    bad = tmp_path / "bad.flags"
+    bad.write_text("--train_batch_size=lots\n")
+    with pytest.raises(recipe.RecipeError, match=f"--recipe={bad}: --train_batch_size"):
+        recipe.with_recipe(estimate.EstimateConfig(recipe=str(bad)))
+
+
+def test_a_node_with_few_cpus_is_input_bound():
+    gpu = hardware.GPUS["h100-sxm"]
+    cluster = performance.Cluster(gpu, 8, 1, vcpus_per_node=1)
+    step = performance.step_time(phase1_workload(), cluster, 4, measured_sequences_per_second=1e5)
+    assert step.bottleneck == "input"
+    assert step.sequences_per_second == performance.INPUT_SEQUENCES_PER_CPU_S
+    roomy = dataclasses.replace(cluster, vcpus_per_node=192)
+    assert performance.step_time(phase1_workload(), roomy, 4).bottleneck == "compute"
+
+
 def _readme_command(start):
     """The README's command line that starts with `start`, its continuation lines joined."""
     lines = (REPO / "README.md").read_text().split("\n")
@@ -116,9 +300,9 @@ def test_readme_estimate_example_runs_and_bad_inputs_are_named(tmp_path):
     (run_dir / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "sequences_per_second": 400.0, "num_ranks": 4}) + "\n"
         for s in (1, 2, 3)))
-    estimate.MODEL_PRESETS["base"].to_json_file(run_dir / "bert_config.json")
-    command = _readme_command("python -m bert_tf estimate")
-    proc = run_command([PYTHON, *command[1:]], cwd=tmp_path, check=False)
+    command = [word.replace("runs/phase1", str(run_dir))
+               for word in _readme_command("python -m bert_tf estimate")]
+    proc = run_command([PYTHON, *command[1:]], check=False)  # from the repository root
     assert proc.returncode == 0, proc.stderr
     proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--model=base", "--num_sequences=1e6",
                         f"--metrics_file={run_dir}"], check=False)

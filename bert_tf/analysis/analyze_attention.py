@@ -477,12 +477,19 @@ def _write_report(report, example, output_dir):
 # Command line
 
 
-def define_flags():
-    """The command line's flags; defaults come from AnalysisArgs."""
-    d = {f.name: f.default for f in dataclasses.fields(AnalysisArgs)}
+def define_checkpoint_flags():
+    """The model to analyse, required (also probe_syntax's)."""
     flags.DEFINE_string("init_checkpoint", None, "Checkpoint directory or prefix to analyse.")
     flags.DEFINE_string("bert_config_file", None, "The model's bert_config.json.")
     flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary of the model.")
+    for name in ("init_checkpoint", "bert_config_file", "vocab_file"):
+        flags.mark_flag_as_required(name)
+
+
+def define_flags():
+    """The command line's flags; defaults come from AnalysisArgs."""
+    d = {f.name: f.default for f in dataclasses.fields(AnalysisArgs)}
+    define_checkpoint_flags()
     flags.DEFINE_string("input_file", None, "Text: one sentence per line, blank line "
                         "between documents.")
     flags.DEFINE_string("output_dir", None, "Where stats.json, tables/, plots/ and "
@@ -504,8 +511,7 @@ def define_flags():
     flags.DEFINE_bool("mlm_gradient", d["mlm_gradient"], "Compute the masked-LM loss gradient "
                       "with respect to attention (needs a trained cls/predictions head).")
     flags.DEFINE_integer("seed", d["seed"], "Seed for masking and row sampling.")
-    for name in ("init_checkpoint", "bert_config_file", "vocab_file", "output_dir"):
-        flags.mark_flag_as_required(name)
+    flags.mark_flag_as_required("output_dir")
 
 
 def run(args: AnalysisArgs) -> int:

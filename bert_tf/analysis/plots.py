@@ -201,3 +201,36 @@ def write_attention_html(tokens, attention, path, title="Attention"):
     page = template.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
+
+
+def plot_probes(report, names, path):
+    """The probes' UAS beside the paper's, and the UPOS accuracy of each layer's word
+    vectors, trained and random-init (bert_tf.analysis.probe_syntax)."""
+    fig, (uas_ax, upos_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
+    rows = list(report["uas"])
+    y = np.arange(len(rows))
+    uas_ax.barh(y - 0.2, [100 * report["uas"][r] for r in rows], height=0.4, color="#3498db",
+                label="this checkpoint")
+    uas_ax.barh(y + 0.2, [report["paper_uas"].get(r, 0) for r in rows], height=0.4,
+                color="#95a5a6", label="Clark et al., BERT-base on WSJ")
+    uas_ax.set_yticks(y, [names[r] for r in rows], fontsize=8)
+    uas_ax.invert_yaxis()
+    uas_ax.set_xlim(0, 100)
+    uas_ax.set_xlabel("UAS (%), punctuation excluded")
+    uas_ax.legend(fontsize=8, loc="lower right")
+    upos = report["upos_accuracy"]
+    for key, color, label in (("trained", "#3498db", "this checkpoint"),
+                              ("random_init", "#e74c3c", "random init")):
+        if upos[key]:
+            upos_ax.plot(np.arange(len(upos[key])), upos[key], marker="o", color=color,
+                         label=label)
+    if upos["majority_tag"] is not None:
+        upos_ax.axhline(upos["majority_tag"], color="k", ls="--", lw=1, label="majority tag")
+    upos_ax.set_xlabel("layer (0 = embeddings)")
+    upos_ax.set_ylabel("UPOS accuracy, linear probe")
+    upos_ax.set_ylim(0, 1)
+    upos_ax.grid(alpha=0.3)
+    upos_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

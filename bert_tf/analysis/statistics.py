@@ -71,6 +71,14 @@ def to_word_attention(attention, word_ids):
     return np.swapaxes(pieces_of_word, 0, 1) @ to_words / pieces_per_word[:, None]
 
 
+def to_word_vectors(vectors, word_ids):
+    """Piece vectors [..., n, D] -> word vectors [..., w, D]: the mean of each word's
+    pieces (as Clark et al. average a split word's attention rows)."""
+    word_ids = np.asarray(word_ids)
+    pieces_of_word = np.eye(word_ids.max() + 1, dtype=vectors.dtype)[word_ids]  # [n, w]
+    return (np.swapaxes(pieces_of_word, 0, 1) @ vectors) / pieces_of_word.sum(0)[:, None]
+
+
 # ---------------------------------------------------------------------------
 # Per-segment statistics
 

@@ -26,7 +26,7 @@ from absl import flags
 
 import bert_tf
 from bert_tf.model.config import BertConfig, BertConfigError
-from bert_tf.tools import estimate
+from bert_tf.tools import model_size
 from bert_tf.train.config import (
     PRECISION_MODES,
     PretrainingConfig,
@@ -364,16 +364,17 @@ def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
     if bert_config is None:
         return Check(WARN, name, "no --bert_config_file: no memory estimate",
                      "pass --bert_config_file")
-    m = estimate.estimate_memory(bert_config, config.train_batch_size, config.max_seq_length,
-                                 config.max_predictions_per_seq, config.precision,
-                                 config.num_accumulation_steps)
-    g = estimate.GIB
+    m = model_size.estimate_memory(bert_config, config.train_batch_size, config.max_seq_length,
+                                   config.max_predictions_per_seq, config.precision,
+                                   config.num_accumulation_steps, config.use_xla)
+    g = model_size.GIB
     breakdown = (f"estimate {m.total / g:.1f} GiB = weights {m.weights / g:.1f} + grads "
                  f"{m.gradients / g:.1f} + optimizer {m.optimizer_slots / g:.1f} + accumulation "
                  f"{m.accumulation / g:.1f} + activations {m.activations / g:.1f} + workspace "
                  f"{m.workspace / g:.1f} (batch {config.train_batch_size}, "
                  f"seq {config.max_seq_length}, "
-                 f"{config.precision}; formula: {estimate.MEMORY_FORMULA})")
+                 f"{config.precision}, XLA {'on' if config.use_xla else 'off'}; formula: "
+                 f"{model_size.MEMORY_FORMULA})")
     if gpu_memory_gb is None:
         return Check(OK, name, breakdown + "; no GPU memory known (pass --gpu_memory_gb)")
     if m.total > gpu_memory_gb * g:
@@ -385,8 +386,8 @@ def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
         precision_hint = ("" if PRECISION_MODES[config.precision].activation_bytes < 4
                           else ", or use --precision=fp16 (halves activations)")
         return Check(WARN, name, f"{breakdown} > {gpu_memory_gb:g} GiB: likely out of memory",
-                     f"lower --train_batch_size to about {fitting} (the estimate is an upper "
-                     "bound; XLA fusion needs less) and raise --num_accumulation_steps to keep "
+                     f"lower --train_batch_size to about {fitting} and raise "
+                     "--num_accumulation_steps to keep "
                      f"the global batch{precision_hint}")
     return Check(OK, name, f"{breakdown} <= {gpu_memory_gb:g} GiB")
 

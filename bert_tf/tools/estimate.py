@@ -1,14 +1,20 @@
-r"""Time-to-train and cost estimate for BERT pretraining, plus the model-size
-arithmetic (parameters, FLOPs, memory per device) that bert_tf.tools.doctor reuses.
+r"""Time-to-train and cost estimate for BERT pretraining, before renting the machine.
 
-    python -m bert_tf estimate --model=large --max_seq_length=128 \
-        --num_train_steps=7038 --global_batch_size=65536 \
-        --num_devices=8 --sequences_per_second=200 --price_per_device_hour=2.5
+    # a recipe on 4 AWS p4d.24xlarge nodes: modelled throughput, allreduce, memory, cost
+    python -m bert_tf estimate --instance=p4d.24xlarge --num_nodes=4 \
+        --recipe=launch/recipes/bert_large_phase1.flags
+    python -m bert_tf estimate --gpu=v100-32gb --gpus_per_node=4 --recipe=...
+    # a measured throughput (per GPU) replaces the compute model
+    python -m bert_tf estimate --instance=p4d.24xlarge --recipe=... \
+        --metrics_file=short_run/metrics.jsonl --metrics_num_devices=8
+    # without hardware: linear scaling of a throughput you give, times an efficiency
+    python -m bert_tf estimate --model=large --num_train_steps=7038 \
+        --global_batch_size=65536 --num_devices=8 --sequences_per_second=200
 
-Time = sequences / (per-device throughput * devices * efficiency): it assumes
-data-parallel training scales linearly with the device count, discounted by the
-efficiency factor (allreduce and input overhead), which is what Horovod gets on
-a fast interconnect with gradient accumulation.
+With --instance or --gpu the step time is modelled (bert_tf/tools/performance.py:
+compute, optimizer update, ring allreduce, input) and printed for the requested
+node count and as a table over node counts. The presets are bert_tf/tools/hardware.py;
+the model's error against NVIDIA's published tables is bench/estimate_vs_published.py.
 """
 
 import dataclasses
@@ -18,107 +24,15 @@ import math
 from absl import flags
 
 import bert_tf
-from bert_tf.model.config import BertConfig, BertConfigError
-from bert_tf.train.config import PRECISION_MODES
-
-GIB = 1024**3
-
-# Google's published BERT sizes (uncased vocab).
-MODEL_PRESETS = {
-    "tiny": BertConfig(vocab_size=30522, hidden_size=128, num_hidden_layers=2,
-                       num_attention_heads=2, intermediate_size=512),
-    "base": BertConfig(vocab_size=30522),
-    "large": BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
-                        num_attention_heads=16, intermediate_size=4096),
-}
-
-
-def load_model_config(bert_config_file=None, model=None):
-    """bert_config.json if given, else a named preset; BertConfigError otherwise."""
-    if bert_config_file:
-        return BertConfig.from_json_file(bert_config_file)
-    if model in MODEL_PRESETS:
-        return MODEL_PRESETS[model]
-    raise BertConfigError(
-        f"no model given: pass --bert_config_file=path/bert_config.json or "
-        f"--model={'|'.join(MODEL_PRESETS)} (got --model={model!r})")
-
-
-def count_parameters(config: BertConfig) -> int:
-    """Trainable parameters of BertForPreTraining (encoder, pooler, MLM and NSP heads)."""
-    h, i = config.hidden_size, config.intermediate_size
-    embeddings = (config.vocab_size + config.max_position_embeddings
-                  + config.type_vocab_size) * h + 2 * h
-    attention = 4 * (h * h + h) + 2 * h
-    feed_forward = (h * i + i) + (i * h + h) + 2 * h
-    encoder = config.num_hidden_layers * (attention + feed_forward)
-    pooler = h * h + h
-    # MLM transform (dense + LayerNorm) and output bias (the decoder is tied to the
-    # word embeddings); NSP classifier.
-    heads = (h * h + h + 2 * h) + config.vocab_size + (2 * h + 2)
-    return embeddings + encoder + pooler + heads
-
-
-def training_flops_per_sequence(config: BertConfig, seq_length, max_predictions_per_seq):
-    """Floating-point operations of one training step (forward + backward = 3x forward)
-    for one sequence: 2 FLOPs per multiply-add of every matmul, attention scores and
-    context (4*s^2*H per layer), and the MLM head on the predicted positions only."""
-    h, i, s = config.hidden_size, config.intermediate_size, seq_length
-    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 4 * s * s * h
-    mlm_head = 2 * max_predictions_per_seq * (h * h + h * config.vocab_size)
-    forward = config.num_hidden_layers * per_layer + 2 * h * h + mlm_head
-    return 3 * forward
-
-
-@dataclasses.dataclass
-class MemoryEstimate:
-    weights: int
-    gradients: int
-    optimizer_slots: int
-    accumulation: int
-    activations: int
-    workspace: int
-
-    @property
-    def total(self) -> int:
-        return sum(dataclasses.astuple(self))
-
-
-# CUDA context, cuBLAS/cuDNN workspaces and allocator fragmentation.
-WORKSPACE_BYTES = 1 * GIB
-
-MEMORY_FORMULA = (
-    "weights 4P (+2P half copies under fp16/bf16/amp) + grads 4P + LAMB/Adam slots 8P "
-    "+ accumulation 4P (if accumulating) + activations L*b*s*H*(34+5*A*s/H)*k/2 "
-    "(Korthikanti et al. 2022, k = bytes per activation, no recomputation, no XLA fusion) "
-    "+ MLM logits b*P*V*8 + 1 GiB workspace"
+from bert_tf.model.config import BertConfigError
+from bert_tf.tools import hardware, performance, plan, recipe
+from bert_tf.tools.model_size import (
+    MODEL_PRESETS,
+    count_parameters,
+    load_model_config,
+    training_flops_per_sequence,
 )
-
-
-def estimate_memory(config: BertConfig, batch_size, seq_length, max_predictions_per_seq,
-                    precision="fp32", num_accumulation_steps=1) -> MemoryEstimate:
-    """Upper-bound bytes per device for one training step (see MEMORY_FORMULA)."""
-    if precision not in PRECISION_MODES:
-        raise ValueError(f"precision must be one of {', '.join(PRECISION_MODES)}, "
-                         f"got {precision!r}")
-    params = count_parameters(config)
-    activation_bytes = PRECISION_MODES[precision].activation_bytes
-    half = activation_bytes < 4
-    b, s, h = batch_size, seq_length, config.hidden_size
-    a = config.num_attention_heads
-    # 34*s*b*h + 5*a*s^2*b bytes per layer with 2-byte activations (1-byte dropout masks).
-    per_layer_half = 34 * s * b * h + 5 * a * s * s * b
-    activation_scale = activation_bytes / 2
-    activations = config.num_hidden_layers * per_layer_half * activation_scale
-    activations += b * max_predictions_per_seq * config.vocab_size * 8  # fp32 logits + grads
-    return MemoryEstimate(
-        weights=params * (6 if half else 4),
-        gradients=params * 4,
-        optimizer_slots=params * 8,
-        accumulation=params * 4 if num_accumulation_steps > 1 else 0,
-        activations=int(activations),
-        workspace=WORKSPACE_BYTES,
-    )
+from bert_tf.train.config import PRECISIONS
 
 
 class EstimateError(ValueError):
@@ -197,22 +111,15 @@ def default_efficiency(num_devices):
     return 1.0 if num_devices == 1 else 0.9
 
 
-def format_duration(seconds):
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.2f} h"
-    return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
-
-
 @dataclasses.dataclass
 class EstimateConfig:
-    """The estimator's inputs (its flags): the model, the amount of training, the throughput."""
+    """The estimator's inputs (its flags): the model, the amount of training, the throughput
+    or the hardware. None: from --recipe, else run_pretraining.py's default."""
 
     bert_config_file: str | None = None
     model: str | None = None
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
+    max_seq_length: int | None = None
+    max_predictions_per_seq: int | None = None
     num_sequences: float | None = None
     corpus_tokens: float | None = None
     epochs: float = 1.0
@@ -225,6 +132,19 @@ class EstimateConfig:
     efficiency: float | None = None
     price_per_device_hour: float | None = None
     peak_tflops: float | None = None
+    recipe: str | None = None
+    instance: str | None = None
+    gpu: str | None = None
+    gpus_per_node: int | None = None
+    num_nodes: int = 1
+    network_gbps: float | None = None
+    price_per_hour: float | None = None
+    train_batch_size: int | None = None
+    num_accumulation_steps: int | None = None
+    precision: str | None = None
+    use_xla: bool | None = None
+    fp16_allreduce: bool | None = None
+    max_nodes: int = 64
 
 
 def define_flags():
@@ -233,9 +153,9 @@ def define_flags():
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
     flags.DEFINE_enum("model", None, list(MODEL_PRESETS),
                       "Named BERT size when there is no --bert_config_file.")
-    flags.DEFINE_integer("max_seq_length", d["max_seq_length"], "Sequence length.")
-    flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"],
-                         "Masked positions per sequence.")
+    flags.DEFINE_integer("max_seq_length", None, "Sequence length (default: recipe's, or 128).")
+    flags.DEFINE_integer("max_predictions_per_seq", None,
+                         "Masked positions per sequence (default: recipe's, or 20).")
     flags.DEFINE_float("num_sequences", None, "Training sequences in total (all epochs).")
     flags.DEFINE_float("corpus_tokens", None,
                        "Corpus size in WordPiece tokens (with --epochs, instead of "
@@ -245,7 +165,7 @@ def define_flags():
                          "Optimizer steps (with --global_batch_size, instead of --num_sequences).")
     flags.DEFINE_integer("global_batch_size", None, "Sequences per optimizer step, all devices.")
     flags.DEFINE_integer("num_devices", d["num_devices"],
-                         "GPUs (or CPU processes) training together.")
+                         "GPUs (or CPU processes) training together, without --instance/--gpu.")
     flags.DEFINE_float("sequences_per_second", None, "Measured throughput of ONE device.")
     flags.DEFINE_string("metrics_file", None,
                         "metrics.jsonl of a short run_pretraining.py run (instead of "
@@ -254,10 +174,33 @@ def define_flags():
                          "Ranks of the run that wrote --metrics_file, when its records do not "
                          "say (num_ranks).")
     flags.DEFINE_float("efficiency", None,
-                       "Scaling efficiency in (0, 1]; default 1.0 for one device, 0.9 for more.")
+                       "Scaling efficiency in (0, 1] without --instance/--gpu; default 1.0 for "
+                       "one device, 0.9 for more.")
     flags.DEFINE_float("price_per_device_hour", None, "Price of one device-hour, for the cost.")
     flags.DEFINE_float("peak_tflops", None,
                        "Peak TFLOP/s of one device, to print model FLOPs utilisation.")
+    _define_hardware_flags(d)
+
+
+def _define_hardware_flags(d):
+    flags.DEFINE_string("recipe", None,
+                        "run_pretraining flagfile (launch/recipes/*.flags): model, lengths, "
+                        "batch, accumulation, steps, precision; other flags override it.")
+    flags.DEFINE_string("instance", None, "Cloud instance preset: " + ", ".join(hardware.INSTANCES))
+    flags.DEFINE_string("gpu", None, "GPU preset (instead of --instance): " + ", ".join(hardware.GPUS))
+    flags.DEFINE_integer("gpus_per_node", None, "GPUs per node (default: the instance's, or 1).")
+    flags.DEFINE_integer("num_nodes", d["num_nodes"], "Nodes (instances) training together.")
+    flags.DEFINE_float("network_gbps", None,
+                       "Network bandwidth per node in Gbit/s (default: the instance's, or 100).")
+    flags.DEFINE_float("price_per_hour", None,
+                       "Price of one node (instance) per hour; default: the preset's on-demand "
+                       "list price.")
+    flags.DEFINE_integer("train_batch_size", None, "Sequences per GPU per micro-batch.")
+    flags.DEFINE_integer("num_accumulation_steps", None, "Micro-batches per update.")
+    flags.DEFINE_enum("precision", None, list(PRECISIONS), "As run_pretraining.py's.")
+    flags.DEFINE_bool("use_xla", None, "As run_pretraining.py's.")
+    flags.DEFINE_bool("fp16_allreduce", None, "As run_pretraining.py's.")
+    flags.DEFINE_integer("max_nodes", d["max_nodes"], "Largest node count in the table.")
 
 
 def number_of_sequences(config: EstimateConfig):
@@ -286,37 +229,57 @@ def number_of_sequences(config: EstimateConfig):
     return sequences, how
 
 
-def print_estimate(config: EstimateConfig) -> TrainingEstimate:
-    """Prints the estimate; EstimateError or BertConfigError on bad input."""
-    bert_config = load_model_config(config.bert_config_file, config.model)
-    sequences, how = number_of_sequences(config)
-    if config.num_devices < 1:
-        raise EstimateError(f"--num_devices must be >= 1, got {config.num_devices}")
-    if (config.sequences_per_second is None) == (config.metrics_file is None):
-        raise EstimateError("give the throughput exactly one way: --sequences_per_second "
-                            "(per device) or --metrics_file=output_dir/metrics.jsonl")
+def measured_throughput(config: EstimateConfig):
+    """(per-device sequences/s, where it comes from), or (None, None) without one."""
+    if config.sequences_per_second is not None and config.metrics_file is not None:
+        raise EstimateError("give the throughput one way: --sequences_per_second (per device) "
+                            "or --metrics_file=output_dir/metrics.jsonl, not both")
     if config.metrics_file:
         per_device = throughput_from_metrics(config.metrics_file, config.metrics_num_devices)
         source = f"measured in {config.metrics_file}"
+    elif config.sequences_per_second is not None:
+        per_device, source = config.sequences_per_second, "--sequences_per_second"
     else:
-        per_device = config.sequences_per_second
-        source = "--sequences_per_second"
+        return None, None
     if per_device <= 0:
         raise EstimateError(f"throughput must be positive, got {per_device}")
-    efficiency = (default_efficiency(config.num_devices) if config.efficiency is None
-                  else config.efficiency)
-    if not 0 < efficiency <= 1:
-        raise EstimateError(f"--efficiency must be in (0, 1], got {efficiency}")
+    return per_device, source
 
-    estimate = TrainingEstimate(sequences, per_device, config.num_devices, efficiency)
-    flops = training_flops_per_sequence(bert_config, config.max_seq_length,
-                                        config.max_predictions_per_seq)
-    achieved_tflops = per_device * flops / 1e12
+
+def print_model_and_training(bert_config, config: EstimateConfig):
+    """Prints the model and amount-of-training lines; returns the number of sequences."""
+    sequences, how = number_of_sequences(config)
     print(f"model: L={bert_config.num_hidden_layers} H={bert_config.hidden_size} "
           f"A={bert_config.num_attention_heads} vocab={bert_config.vocab_size}, "
           f"{count_parameters(bert_config) / 1e6:.1f}M parameters, seq {config.max_seq_length}")
     print(f"training: {sequences:.4g} sequences ({how}), "
           f"{sequences * config.max_seq_length:.4g} tokens")
+    return sequences
+
+
+def print_estimate(config: EstimateConfig) -> TrainingEstimate:
+    """Prints the estimate without hardware (a throughput you give, linear scaling times an
+    efficiency); EstimateError or BertConfigError on bad input."""
+    config = recipe.with_recipe(config)
+    bert_config = load_model_config(config.bert_config_file, config.model)
+    number_of_sequences(config)  # its errors before the throughput's
+    if config.num_devices < 1:
+        raise EstimateError(f"--num_devices must be >= 1, got {config.num_devices}")
+    per_device, source = measured_throughput(config)
+    if per_device is None:
+        raise EstimateError("give the throughput exactly one way: --sequences_per_second "
+                            "(per device) or --metrics_file=output_dir/metrics.jsonl; or "
+                            "give the hardware (--instance or --gpu) to have it modelled")
+    efficiency = (default_efficiency(config.num_devices) if config.efficiency is None
+                  else config.efficiency)
+    if not 0 < efficiency <= 1:
+        raise EstimateError(f"--efficiency must be in (0, 1], got {efficiency}")
+
+    sequences = print_model_and_training(bert_config, config)
+    estimate = TrainingEstimate(sequences, per_device, config.num_devices, efficiency)
+    flops = training_flops_per_sequence(bert_config, config.max_seq_length,
+                                        config.max_predictions_per_seq)
+    achieved_tflops = per_device * flops / 1e12
     print(f"throughput: {per_device:.4g} sequences/s per device ({source}), "
           f"{achieved_tflops:.3g} model TFLOP/s per device "
           f"({flops / 1e9:.3g} GFLOP per sequence)")
@@ -325,7 +288,7 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
               f"of {config.peak_tflops:g} TFLOP/s")
     print(f"assumption: linear data-parallel scaling over {config.num_devices} device(s) "
           f"x efficiency {efficiency:g} = {estimate.sequences_per_second:.4g} sequences/s")
-    print(f"time to train: {format_duration(estimate.seconds)}, "
+    print(f"time to train: {plan.format_duration(estimate.seconds)}, "
           f"{estimate.device_hours:.1f} device-hours")
     if config.price_per_device_hour is not None:
         print(f"cost: {estimate.cost(config.price_per_device_hour):,.2f} at "
@@ -333,12 +296,46 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
     return estimate
 
 
+def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
+    """Prints the modelled estimate on --instance or --gpu nodes (bert_tf.tools.plan)."""
+    config = recipe.with_recipe(config)
+    if config.num_devices != 1 or config.efficiency is not None or config.peak_tflops:
+        raise EstimateError("--num_devices, --efficiency and --peak_tflops are for the estimate "
+                            "without hardware; with --instance/--gpu give --gpus_per_node and "
+                            "--num_nodes (the efficiency and the peak come from the model)")
+    if config.num_nodes < 1:
+        raise EstimateError(f"--num_nodes must be >= 1, got {config.num_nodes}")
+    if not config.train_batch_size or config.train_batch_size < 1:
+        raise EstimateError("--instance/--gpu need the per-GPU batch: --train_batch_size or "
+                            "--recipe")
+    bert_config = load_model_config(config.bert_config_file, config.model)
+    per_device, source = measured_throughput(config)
+    node = plan.resolve_hardware(config.instance, config.gpu, config.gpus_per_node,
+                                 config.network_gbps, config.price_per_hour,
+                                 config.price_per_device_hour)
+    gpus = node.gpus_per_node * config.num_nodes
+    global_batch = config.global_batch_size or (
+        config.train_batch_size * config.num_accumulation_steps * gpus)
+    if config.num_sequences is None and config.corpus_tokens is None:
+        config = dataclasses.replace(config, global_batch_size=global_batch)
+    workload = performance.Workload(bert_config, config.max_seq_length,
+                                    config.max_predictions_per_seq, config.train_batch_size,
+                                    config.precision, config.use_xla, config.fp16_allreduce)
+    node.gpu.peak_tflops(config.precision)  # ValueError: no such unit on this GPU
+    sequences = print_model_and_training(bert_config, config)
+    return plan.print_plan(workload, node, config.num_nodes, global_batch, sequences,
+                           per_device, source, config.max_nodes)
+
+
 def run(config: EstimateConfig) -> int:
-    print_estimate(config)
+    if config.instance or config.gpu:
+        print_hardware_estimate(config)
+    else:
+        print_estimate(config)
     return 0
 
 
 if __name__ == "__main__":
     bert_tf.run_command(define_flags, EstimateConfig, run,
-                        errors=(EstimateError, BertConfigError), error_status=2)
-
+                        errors=(EstimateError, BertConfigError, hardware.HardwareError,
+                                recipe.RecipeError), error_status=2)

@@ -1,0 +1,385 @@
+"""How much syntax a checkpoint's attention and word vectors hold (Clark et al. 2019, section
+5, plus a per-layer part-of-speech probe).
+
+    python -m bert_tf probe_syntax --init_checkpoint=DIR_OR_PREFIX \\
+        --bert_config_file=bert_config.json --vocab_file=vocab.txt \\
+        --train_conllu=gold.conllu [--eval_conllu=held_out.conllu] --output_dir=probe_report
+
+Trains the dependency probes (attention, attention + word vectors, and the baselines) on
+the training sentences' gold heads and scores UAS on the evaluation sentences; trains a
+linear UPOS classifier on each layer's word vectors; repeats both on the same architecture
+from random initialisation. Writes probes.json, uas.csv, upos_by_layer.csv,
+head_weights.json and probes.png. See docs/attention.md.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+from tqdm import tqdm
+
+import bert_tf
+from bert_tf.analysis import plots, probes, statistics
+from bert_tf.analysis.analyze_attention import (
+    AnalysisError,
+    _batches,
+    _features,
+    _write_csv,
+    conllu_segments,
+    define_checkpoint_flags,
+    load_model,
+)
+from bert_tf.data.conllu import ConlluError, read_conllu
+from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.model import modeling
+from bert_tf.model.config import BertConfigError
+
+LENGTH_BUCKET = 16  # forward passes pad to a multiple of this: few traces, little padding
+
+# Clark et al. 2019, Table 3 (BERT-base, WSJ, Stanford Dependencies), as issue 26 quotes it.
+PAPER_UAS = {"attn_and_vectors": 77, "attn": 62, "distance_and_vectors": 59,
+             "right_branching": 26, "attn_random_init": 30}
+PROBE_NAMES = {
+    "attn_and_vectors": "Attn + word vectors",
+    "attn": "Attn",
+    "distance_and_vectors": "Distance + word vectors",
+    "right_branching": "Right-branching",
+    "attn_random_init": "Attn, random-init model",
+    "attn_and_vectors_random_init": "Attn + word vectors, random-init model",
+}
+
+
+@dataclasses.dataclass
+class ProbeArgs:
+    init_checkpoint: str
+    bert_config_file: str
+    vocab_file: str
+    output_dir: str
+    train_conllu: str
+    eval_conllu: str | None = None
+    train_sentences: int = 1500
+    max_eval_sentences: int = 0
+    max_seq_length: int = 128
+    batch_size: int = 32
+    epochs: int = 5
+    learning_rate: float = probes.LEARNING_RATE
+    upos_steps: int = 300
+    do_lower_case: bool = True
+    random_init: bool = True
+    seed: int = 12345
+
+
+# ---------------------------------------------------------------------------
+# Input
+
+
+def check_args(args):
+    """AnalysisError naming the flag when an argument cannot work."""
+    for flag in ("train_sentences", "batch_size", "epochs", "upos_steps"):
+        if getattr(args, flag) < 1:
+            raise AnalysisError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    if not args.learning_rate > 0:
+        raise AnalysisError(f"--learning_rate must be positive, got {args.learning_rate}")
+    if args.max_eval_sentences < 0:
+        raise AnalysisError(f"--max_eval_sentences must be >= 0 (0 = all), got "
+                            f"{args.max_eval_sentences}")
+    if args.max_seq_length < 4:
+        raise AnalysisError(f"--max_seq_length must be at least 4, got {args.max_seq_length}")
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise AnalysisError(f"--output_dir={args.output_dir} is a file, not a directory")
+
+
+def read_splits(args):
+    """(train, eval) ParsedSentences: the first --train_sentences of --train_conllu, and
+    --eval_conllu or else the rest of --train_conllu."""
+    sentences = read_conllu(args.train_conllu, flag="train_conllu")
+    train = sentences[:args.train_sentences]
+    if args.eval_conllu:
+        held_out = read_conllu(args.eval_conllu, flag="eval_conllu")
+    else:
+        held_out = sentences[args.train_sentences:]
+        if not held_out:
+            raise AnalysisError(
+                f"--train_conllu={args.train_conllu} has {len(sentences)} sentences, none left "
+                f"to evaluate after --train_sentences={args.train_sentences}; lower it or give "
+                f"--eval_conllu")
+    if args.max_eval_sentences:
+        held_out = held_out[:args.max_eval_sentences]
+    return train, held_out
+
+
+def make_forward_fn(model):
+    ids = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[ids, ids, ids])  # one trace for every batch shape
+    def forward(input_ids, input_mask, segment_ids):
+        outputs = model.bert(input_ids, input_mask, segment_ids, return_attention=True)
+        return tf.stack(outputs.attention_probs), tf.stack(outputs.hidden_states)
+    return forward
+
+
+def word_level_outputs(model, segments, tokenizer, batch_size):
+    """Per segment: word-level attention [layers x heads, w + 2, w + 2] over [CLS] words
+    [SEP], and each layer's word vectors [layers + 1, w, D] (layer 0 = embeddings), a
+    word's vector the mean of its pieces'."""
+    forward = make_forward_fn(model)
+    order = sorted(range(len(segments)), key=lambda i: len(segments[i].tokens))
+    outputs = [None] * len(segments)
+    for batch in tqdm(list(_batches(order, batch_size)), desc="model", unit="batch",
+                      file=sys.stderr):
+        longest = max(len(segments[i].tokens) for i in batch)
+        length = -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET
+        attention, states = forward(**_features([segments[i] for i in batch], tokenizer,
+                                                length))
+        attention, states = attention.numpy(), states.numpy()
+        for b, i in enumerate(batch):
+            n, word_ids = len(segments[i].tokens), segments[i].word_ids
+            maps = statistics.to_word_attention(attention[:, b, :, :n, :n], word_ids)
+            vectors = statistics.to_word_vectors(states[:, b, :n], word_ids)[:, 1:-1]
+            outputs[i] = (maps.reshape(-1, *maps.shape[-2:]), vectors)
+    return outputs
+
+
+def input_embedding_vectors(model, segments, tokenizer):
+    """Static word vectors: the model's input (word-piece) embeddings, averaged over each
+    word's pieces and scaled to unit root-mean-square."""
+    table = model.bert.embeddings.word_embeddings.numpy()
+    table = table / np.sqrt(np.mean(table ** 2))
+    return [statistics.to_word_vectors(table[tokenizer.convert_tokens_to_ids(s.tokens)],
+                                       s.word_ids)[1:-1] for s in segments]
+
+
+def random_init_model(config, seed):
+    """The same architecture with fresh random weights, the same for the same seed."""
+    tf.random.set_seed(seed)
+    return modeling.BertForPreTraining(config)
+
+
+# ---------------------------------------------------------------------------
+# Probes
+
+
+def dependency_uas(train, held_out, args, with_baselines):
+    """UAS of the attention probes (and, with_baselines, of distance + vectors and
+    right-branching) on held_out after training on train (lists of ProbeSentence);
+    returns ({name: UAS}, {name: trained probe})."""
+    inputs = {"attention", "vectors"} | ({"distance"} if with_baselines else set())
+    train_batches = probes.make_batches(train, inputs, batch_size=1)  # as Clark et al.
+    eval_batches = probes.make_batches(held_out, inputs, args.batch_size)
+    num_maps, dim = 2 * len(train[0].attention), train[0].vectors.shape[-1]
+    trained = {"attn": probes.AttentionProbe(num_maps),
+               "attn_and_vectors": probes.AttentionProbe(num_maps, dim)}
+    if with_baselines:
+        trained["distance_and_vectors"] = probes.DistanceProbe(dim, args.seed)
+    uas = {}
+    for name, probe in tqdm(trained.items(), desc="dependency probes", file=sys.stderr):
+        probes.train(probe, train_batches, args.epochs, args.seed, args.learning_rate)
+        uas[name] = probes.probe_uas(probe, eval_batches)
+    if with_baselines:
+        uas["right_branching"] = probes.right_branching_uas(held_out)
+    return uas, trained
+
+
+def upos_by_layer(train, held_out, train_layers, eval_layers, steps):
+    """Accuracy per layer of a linear UPOS classifier from word vectors (lists of
+    [layers + 1, w, D] per sentence); None if the training words have no UPOS tags."""
+    train_tags = np.concatenate([s.upos for s in train])
+    tags = sorted(set(train_tags) - {"_"})
+    if not tags:
+        return None
+    index = {tag: i for i, tag in enumerate(tags)}
+    eval_tags = np.concatenate([s.upos for s in held_out])
+    train_keep, eval_keep = train_tags != "_", eval_tags != "_"
+    train_y = np.array([index[t] for t in train_tags[train_keep]], np.int32)
+    eval_y = np.array([index.get(t, -1) for t in eval_tags[eval_keep]], np.int32)
+    train_x = np.concatenate(train_layers, axis=1)[:, train_keep]
+    eval_x = np.concatenate(eval_layers, axis=1)[:, eval_keep]
+    return [probes.classifier_accuracy(train_x[layer], train_y, eval_x[layer], eval_y,
+                                       len(tags), steps) for layer in range(len(train_x))]
+
+
+def majority_upos(train, held_out):
+    tags, counts = np.unique(np.concatenate([s.upos for s in train]), return_counts=True)
+    eval_tags = np.concatenate([s.upos for s in held_out])
+    eval_tags = eval_tags[eval_tags != "_"]
+    return float(np.mean(eval_tags == tags[counts.argmax()])) if len(eval_tags) else None
+
+
+def head_weights(probe, layers, heads):
+    """The attention probe's weight per head and direction, [layers][heads] lists."""
+    weights = probe.map_weights.numpy().reshape(2, layers, heads)
+    cls_weight, sep_weight = probe.root_weights.numpy().tolist()
+    return {"dependent_to_head": weights[0].tolist(), "head_to_dependent": weights[1].tolist(),
+            "root_from_cls": cls_weight, "root_from_sep": sep_weight}
+
+
+# ---------------------------------------------------------------------------
+# Running everything
+
+
+def _segments_of(sentences, tokenizer, args, flag):
+    segments, skipped = conllu_segments(sentences, tokenizer.tokenize_batch,
+                                        args.max_seq_length)
+    if not segments:
+        raise AnalysisError(f"--{flag}: every sentence is longer than "
+                            f"--max_seq_length={args.max_seq_length} word pieces")
+    return segments, skipped
+
+
+def _probe_model(model, segments, vectors, tokenizer, args, with_baselines):
+    """Dependency UAS and per-layer UPOS accuracy from one model's attention and states."""
+    layer_vectors, uas_sets = {}, {}
+    for split in ("train", "eval"):
+        outputs = word_level_outputs(model, segments[split], tokenizer, args.batch_size)
+        uas_sets[split] = [probes.probe_sentence(s.sentence, maps, v) for s, (maps, _), v in
+                           zip(segments[split], outputs, vectors[split], strict=True)]
+        layer_vectors[split] = [states for _, states in outputs]
+    uas, trained = dependency_uas(uas_sets["train"], uas_sets["eval"], args, with_baselines)
+    upos = upos_by_layer([s.sentence for s in segments["train"]],
+                         [s.sentence for s in segments["eval"]],
+                         layer_vectors["train"], layer_vectors["eval"], args.upos_steps)
+    return uas, upos, trained
+
+
+def run_probes(args):
+    """Runs every probe and writes the report; returns the report dict."""
+    start = time.time()
+    check_args(args)
+    train, held_out = read_splits(args)
+    model, _ = load_model(args)
+    tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
+    eval_flag = "eval_conllu" if args.eval_conllu else "train_conllu"
+    segments, skipped = {}, {}
+    for split, sentences, flag in (("train", train, "train_conllu"),
+                                   ("eval", held_out, eval_flag)):
+        segments[split], skipped[split] = _segments_of(sentences, tokenizer, args, flag)
+    vectors = {split: input_embedding_vectors(model, segments[split], tokenizer)
+               for split in segments}
+    config = model.config
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    uas, upos, trained = _probe_model(model, segments, vectors, tokenizer, args, True)
+    weights = {"attn": head_weights(trained["attn"], layers, heads),
+               "attn_and_vectors_bias": head_weights(trained["attn_and_vectors"], layers,
+                                                     heads)}
+    upos_random = None
+    if args.random_init:
+        random_uas, upos_random, random_trained = _probe_model(
+            random_init_model(config, args.seed), segments, vectors, tokenizer, args, False)
+        uas.update({f"{name}_random_init": value for name, value in random_uas.items()})
+        weights["attn_random_init"] = head_weights(random_trained["attn"], layers, heads)
+    report = {
+        "checkpoint": args.init_checkpoint,
+        "model": {"num_layers": layers, "num_heads": heads, "hidden_size": config.hidden_size},
+        "data": {split: {"sentences": len(segments[split]), "skipped_too_long": skipped[split],
+                         "scored_words": int(sum(np.sum(probes.probe_sentence(s.sentence).scored)
+                                                 for s in segments[split]))}
+                 for split in segments},
+        "uas": {name: uas[name] for name in PROBE_NAMES if name in uas},
+        "paper_uas": PAPER_UAS,
+        "upos_accuracy": {"trained": upos, "random_init": upos_random,
+                          "majority_tag": majority_upos(train, held_out)},
+        "settings": {f.name: getattr(args, f.name) for f in dataclasses.fields(args)},
+        "word_vectors": "the model's input word-piece embeddings, mean over a word's pieces",
+    }
+    report["seconds"] = round(time.time() - start, 1)
+    _write_report(report, weights, args.output_dir)
+    return report
+
+
+# ---------------------------------------------------------------------------
+# Output
+
+
+def _write_json(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1)
+
+
+def _write_files(report, weights, directory):
+    _write_json(os.path.join(directory, "probes.json"), report)
+    _write_json(os.path.join(directory, "head_weights.json"), weights)
+    _write_csv(os.path.join(directory, "uas.csv"), ["probe", "uas", "paper_bert_base_wsj"],
+               [[name, value, PAPER_UAS.get(name, "")] for name, value in report["uas"].items()])
+    upos = report["upos_accuracy"]
+    if upos["trained"] is not None:
+        random_init = upos["random_init"] or [""] * len(upos["trained"])
+        _write_csv(os.path.join(directory, "upos_by_layer.csv"),
+                   ["layer", "trained", "random_init"],
+                   [[layer, *values] for layer, values in
+                    enumerate(zip(upos["trained"], random_init, strict=True))])
+    plots.plot_probes(report, PROBE_NAMES, os.path.join(directory, "probes.png"))
+
+
+def _write_report(report, weights, output_dir):
+    """Writes every file under a temporary directory beside output_dir, then moves them
+    in, so a failure leaves no partial report."""
+    output_dir = os.path.abspath(output_dir)
+    os.makedirs(os.path.dirname(output_dir), exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".probe_syntax-", dir=os.path.dirname(output_dir))
+    try:
+        _write_files(report, weights, staging)
+        os.makedirs(output_dir, exist_ok=True)
+        for name in os.listdir(staging):
+            os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Command line
+
+
+def define_flags():
+    """The command line's flags; defaults come from ProbeArgs."""
+    d = bert_tf.flag_defaults(ProbeArgs)
+    define_checkpoint_flags()
+    flags.DEFINE_string("output_dir", None, "Where probes.json, uas.csv, upos_by_layer.csv, "
+                        "head_weights.json and probes.png go.")
+    flags.DEFINE_string("train_conllu", None, "CoNLL-U gold parses (HEAD and UPOS) to train "
+                        "the probes on: its first --train_sentences sentences.")
+    flags.DEFINE_string("eval_conllu", None, "CoNLL-U gold parses to score on; default: the "
+                        "sentences of --train_conllu after the first --train_sentences.")
+    flags.DEFINE_integer("train_sentences", d["train_sentences"],
+                         "Training sentences, from the start of --train_conllu.")
+    flags.DEFINE_integer("max_eval_sentences", d["max_eval_sentences"],
+                         "At most this many evaluation sentences (0 = all).")
+    flags.DEFINE_integer("max_seq_length", d["max_seq_length"],
+                         "Sentences longer than this in word pieces (with [CLS], [SEP]) are "
+                         "skipped and counted.")
+    flags.DEFINE_integer("batch_size", d["batch_size"], "Sentences per forward pass and "
+                         "per probe evaluation batch (probes train on one sentence a step, "
+                         "as Clark et al.'s did).")
+    flags.DEFINE_integer("epochs", d["epochs"], "Passes over the training sentences for "
+                         "each dependency probe.")
+    flags.DEFINE_float("learning_rate", d["learning_rate"], "Adam learning rate of the "
+                       "dependency probes (Clark et al.'s).")
+    flags.DEFINE_integer("upos_steps", d["upos_steps"], "Full-batch Adam steps of each "
+                         "layer's UPOS classifier.")
+    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
+                      "Lower-case input (uncased vocabularies).")
+    flags.DEFINE_bool("random_init", d["random_init"], "Also probe the same architecture "
+                      "with random weights (the control).")
+    flags.DEFINE_integer("seed", d["seed"], "Seed of the random-init model and of the probes.")
+    for name in ("output_dir", "train_conllu"):
+        flags.mark_flag_as_required(name)
+
+
+def run(args: ProbeArgs) -> int:
+    report = run_probes(args)
+    table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
+                      for name, value in report["uas"].items())
+    print(f"UAS on {report['data']['eval']['sentences']} held-out sentences:\n{table}\n"
+          f"report in {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    bert_tf.run_command(define_flags, ProbeArgs, run, errors=(
+        AnalysisError, ConlluError, BertConfigError, VocabError))

@@ -1,0 +1,140 @@
+"""Model-size arithmetic shared by `estimate` and `doctor`: parameters, training FLOPs and
+the memory one GPU needs for a training step (and the largest per-GPU batch that fits)."""
+
+import dataclasses
+import math
+
+from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.train.config import PRECISION_MODES
+
+GIB = 1024**3
+
+# Google's published BERT sizes (uncased vocab).
+MODEL_PRESETS = {
+    "tiny": BertConfig(vocab_size=30522, hidden_size=128, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=512),
+    "base": BertConfig(vocab_size=30522),
+    "large": BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
+                        num_attention_heads=16, intermediate_size=4096),
+}
+
+
+def load_model_config(bert_config_file=None, model=None):
+    """bert_config.json if given, else a named preset; BertConfigError otherwise."""
+    if bert_config_file:
+        return BertConfig.from_json_file(bert_config_file)
+    if model in MODEL_PRESETS:
+        return MODEL_PRESETS[model]
+    raise BertConfigError(
+        f"no model given: pass --bert_config_file=path/bert_config.json or "
+        f"--model={'|'.join(MODEL_PRESETS)} (got --model={model!r})")
+
+
+def count_parameters(config: BertConfig) -> int:
+    """Trainable parameters of BertForPreTraining (encoder, pooler, MLM and NSP heads)."""
+    h, i = config.hidden_size, config.intermediate_size
+    embeddings = (config.vocab_size + config.max_position_embeddings
+                  + config.type_vocab_size) * h + 2 * h
+    attention = 4 * (h * h + h) + 2 * h
+    feed_forward = (h * i + i) + (i * h + h) + 2 * h
+    encoder = config.num_hidden_layers * (attention + feed_forward)
+    pooler = h * h + h
+    # MLM transform (dense + LayerNorm) and output bias (the decoder is tied to the
+    # word embeddings); NSP classifier.
+    heads = (h * h + h + 2 * h) + config.vocab_size + (2 * h + 2)
+    return embeddings + encoder + pooler + heads
+
+
+def training_flops_per_sequence(config: BertConfig, seq_length, max_predictions_per_seq):
+    """Floating-point operations of one training step (forward + backward = 3x forward)
+    for one sequence: 2 FLOPs per multiply-add of every matmul, attention scores and
+    context (4*s^2*H per layer), and the MLM head on the predicted positions only."""
+    h, i, s = config.hidden_size, config.intermediate_size, seq_length
+    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 4 * s * s * h
+    mlm_head = 2 * max_predictions_per_seq * (h * h + h * config.vocab_size)
+    forward = config.num_hidden_layers * per_layer + 2 * h * h + mlm_head
+    return 3 * forward
+
+
+@dataclasses.dataclass
+class MemoryEstimate:
+    weights: int
+    gradients: int
+    optimizer_slots: int
+    accumulation: int
+    activations: int
+    workspace: int
+
+    @property
+    def total(self) -> int:
+        return sum(dataclasses.astuple(self))
+
+
+# CUDA context, cuBLAS/cuDNN workspaces and allocator fragmentation.
+WORKSPACE_BYTES = 1 * GIB
+
+MEMORY_FORMULA = (
+    "weights 4P (+2P half copies under fp16/bf16/amp) + grads 4P + LAMB/Adam slots 8P "
+    "+ accumulation 4P (if accumulating) + activations kept for the backward pass, per layer "
+    "(k bytes per compute-dtype element, T = b*s tokens, S = b*A*s^2): without XLA "
+    "T*H*k*8 (input, q, k, v, context, LayerNorm output, 2 dropout masks) + 2 LayerNorms x "
+    "3 float32 T*H (input, centred, normalised) + GELU T*I*k*4 + attention S*(4 float32 "
+    "probs + 2k dropped half copy and mask); with XLA (fused) T*H*k*6 + 2 x 4*T*H + T*I*k*2 "
+    "+ S*(4+k+1) + MLM logits b*P*V*8 + 1 GiB workspace"
+)
+
+
+def activation_bytes_per_sequence(config: BertConfig, seq_length, max_predictions_per_seq,
+                                  precision="fp32", use_xla=False) -> float:
+    """Bytes of activations one sequence keeps for the backward pass (see MEMORY_FORMULA).
+
+    Counted from bert_tf/model/modeling.py: attention probabilities are float32 (softmax
+    in float32) and a compute-dtype copy goes through dropout, whose mask is a
+    compute-dtype tensor (TensorFlow's dropout multiplies by the cast mask); LayerNorm
+    casts its input to float32 and its unfused ops keep the input, x - mean and the
+    normalised x; exact GELU (0.5*x*(1+erf(x/sqrt 2))) keeps three I-wide tensors
+    plus its output for the next matmul. XLA fuses the elementwise chains: one float32
+    LayerNorm input, the GELU input and 1-byte masks are what it keeps."""
+    if precision not in PRECISION_MODES:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_MODES)}, "
+                         f"got {precision!r}")
+    k = PRECISION_MODES[precision].activation_bytes
+    h, i, s = config.hidden_size, config.intermediate_size, seq_length
+    attention_elements = config.num_attention_heads * s * s
+    if use_xla:
+        per_token = 6 * h * k + 2 * 4 * h + 2 * i * k
+        per_attention = 4 + k + 1
+    else:
+        per_token = 8 * h * k + 2 * 3 * 4 * h + 4 * i * k
+        per_attention = 4 + 2 * k
+    layer = s * per_token + attention_elements * per_attention
+    embeddings = s * (3 * 4 * h + h * k)  # float32 LayerNorm + dropout mask
+    logits = max_predictions_per_seq * config.vocab_size * 8  # float32 logits + their grads
+    return config.num_hidden_layers * layer + embeddings + logits
+
+
+def estimate_memory(config: BertConfig, batch_size, seq_length, max_predictions_per_seq,
+                    precision="fp32", num_accumulation_steps=1, use_xla=False) -> MemoryEstimate:
+    """Bytes per device for one training step (see MEMORY_FORMULA)."""
+    per_sequence = activation_bytes_per_sequence(config, seq_length, max_predictions_per_seq,
+                                                 precision, use_xla)
+    params = count_parameters(config)
+    half = PRECISION_MODES[precision].activation_bytes < 4
+    return MemoryEstimate(
+        weights=params * (6 if half else 4),
+        gradients=params * 4,
+        optimizer_slots=params * 8,
+        accumulation=params * 4 if num_accumulation_steps > 1 else 0,
+        activations=int(batch_size * per_sequence),
+        workspace=WORKSPACE_BYTES,
+    )
+
+
+def largest_batch(config: BertConfig, memory_bytes, seq_length, max_predictions_per_seq,
+                  precision="fp32", use_xla=False, accumulate=True) -> int:
+    """The largest per-GPU batch whose estimate fits in `memory_bytes` (0: none fits)."""
+    fixed = estimate_memory(config, 0, seq_length, max_predictions_per_seq, precision,
+                            2 if accumulate else 1, use_xla).total
+    per_sequence = activation_bytes_per_sequence(config, seq_length, max_predictions_per_seq,
+                                                 precision, use_xla)
+    return max(0, math.floor((memory_bytes - fixed) / per_sequence))
