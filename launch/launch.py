@@ -350,6 +350,9 @@ def sbatch_script(config: LaunchConfig) -> str:
         f"#SBATCH --gpus-per-node={config.num_gpus}",
         f"#SBATCH --time={config.time_limit}",
         "#SBATCH --exclusive",
+        # SIGTERM to every task 120 s before --time runs out: run_pretraining.py finishes the
+        # update, saves a checkpoint and exits 0, so the rerun resumes from there.
+        "#SBATCH --signal=TERM@120",
     ]
     if config.partition:
         lines.append(f"#SBATCH --partition={config.partition}")
@@ -370,21 +373,65 @@ def sbatch_script(config: LaunchConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Parses and validates run_pretraining's flags with its own definitions (bert_tf/train/config.py,
+# which imports neither TensorFlow nor Horovod), in a child process: this launcher's flags live
+# in absl's global registry and some names are the same.
+_CHECK_TRAINING_FLAGS = """
+import sys
+from absl import flags
+from bert_tf.train import config
+config.define_pretraining_flags()
+try:
+    flags.FLAGS(["run_pretraining.py", *sys.argv[1:]])
+    config.pretraining_config_from_flags(flags.FLAGS).validate()
+except (flags.Error, config.PretrainingConfigError) as e:
+    sys.exit(str(e))
+"""
+
+
+def check_training_flags(config: LaunchConfig) -> None:
+    """The recipe and the flags passed through, as run_pretraining.py will read them: an
+    unknown flag, a bad value or a missing --input_files fails here, before any rank starts
+    (or a job waits in a queue)."""
+    args = [f"--flagfile={os.path.abspath(config.recipe)}"] if config.recipe else []
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHECK_TRAINING_FLAGS, *args, *config.training_flags],
+        cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [REPO, os.environ.get("PYTHONPATH")]))})
+    if proc.returncode:
+        said = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise LaunchError(f"run_pretraining.py would refuse its flags: {said[-1]}")
+
+
+def _check_sbatch_values(config: LaunchConfig) -> None:
+    """A value with a space or newline would end its #SBATCH line and start another."""
+    for name in ("job_name", "time_limit", "partition"):
+        value = getattr(config, name)
+        if value is not None and not re.fullmatch(r"[\w.:,+@-]+", value):
+            raise LaunchError(f"--{name}={value!r}: use letters, digits and . _ - : , + @ "
+                              "only (it goes into an #SBATCH line)")
+
+
 def build(config: LaunchConfig) -> tuple[list[str], str | None]:
     """The command to run and, for slurm, the job script it submits."""
     if config.num_gpus < 1 or config.num_nodes < 1:
         raise LaunchError("--num_gpus and --num_nodes must be >= 1")
     if config.launcher == "slurm":
+        _check_sbatch_values(config)
         path = config.sbatch_script or f"{config.job_name}.sbatch"
-        return ["sbatch", path], sbatch_script(config)
-    if config.num_nodes != 1:
+        built = ["sbatch", path], sbatch_script(config)
+    elif config.num_nodes != 1:
         raise LaunchError(f"--num_nodes is for --launcher=slurm; with --launcher="
                           f"{config.launcher} list the nodes in --hosts")
-    if config.host_discovery_script and config.launcher != "horovodrun":
+    elif config.host_discovery_script and config.launcher != "horovodrun":
         raise LaunchError("--host_discovery_script (elastic Horovod) needs --launcher=horovodrun")
-    builders = {"horovodrun": horovodrun_command, "mpirun": mpirun_command,
-                "docker": docker_command}
-    return builders[config.launcher](config), None
+    else:
+        builders = {"horovodrun": horovodrun_command, "mpirun": mpirun_command,
+                    "docker": docker_command}
+        built = builders[config.launcher](config), None
+    check_training_flags(config)
+    return built
 
 
 def _training_processes(root: psutil.Process) -> list:

@@ -1,5 +1,7 @@
 """build_vocab: a WordPiece vocab for a new language (Japanese) and Google's special layout."""
 
+import bz2
+import gzip
 import subprocess
 import sys
 
@@ -43,3 +45,22 @@ def test_google_layout_uncased_and_errors(shared_data, tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2 and not (tmp_path / "v.txt").exists()
     assert "--input_files: no input files match" in result.stderr and "none*.txt" in result.stderr
+
+
+def test_the_same_vocab_every_run(shared_data):
+    """The trainer's own WordPiece mode gave another vocab (and size) in every process."""
+    script = ("from bert_tf.data.build_vocab import build_vocab; print('\\n'.join(build_vocab("
+              f"[{str(shared_data / 'corpora/gutenberg/carroll-alice.txt')!r}], 5000)))")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True).stdout for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    vocab = runs[0].split("\n")
+    assert "alice" in vocab and "##ing" in vocab and len(vocab) > 2500
+
+
+@pytest.mark.parametrize("suffix, compress", [(".bz2", bz2.compress), (".gz", gzip.compress)])
+def test_compressed_input_is_read_as_its_text(shared_data, tmp_path, suffix, compress):
+    book = shared_data / "corpora/gutenberg/carroll-alice.txt"
+    packed = tmp_path / f"alice.txt{suffix}"
+    packed.write_bytes(compress(book.read_bytes()))
+    assert build_vocab([packed], vocab_size=1000) == build_vocab([book], vocab_size=1000)

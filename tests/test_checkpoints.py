@@ -1,3 +1,4 @@
+import dataclasses
 import logging
 import os
 import re
@@ -213,3 +214,46 @@ def test_stale_temporaries_of_our_naming_only_are_removed(tmp_path):
     assert sorted(os.path.basename(p) for p in removed) == sorted(ours)
     assert all((tmp_path / name).exists() for name in others)
     assert checkpoints.latest_checkpoint(tmp_path).endswith("model.ckpt-1")
+
+
+def test_relative_directory_lists_prunes_and_sets_aside(tmp_path, monkeypatch):
+    """Every README example passes a relative --output_dir: the state file's entries must be
+    found under it, --keep_checkpoint_max applied, and a set-aside checkpoint dropped."""
+    monkeypatch.chdir(tmp_path)
+    variables = {"w": tf.Variable([1.0, 2.0])}
+    for step in (10, 20, 30):
+        save_checkpoint(variables, "runs/rel", step, keep_max=2)
+    assert checkpoints.listed_checkpoints("runs/rel") == [
+        os.path.join("runs/rel", "model.ckpt-30"), os.path.join("runs/rel", "model.ckpt-20")]
+    assert not (tmp_path / "runs/rel/model.ckpt-10.index").exists()
+    checkpoints.set_aside(os.path.join("runs/rel", "model.ckpt-30"))
+    assert checkpoints.listed_checkpoints("runs/rel") == [os.path.join("runs/rel",
+                                                                       "model.ckpt-20")]
+
+
+def test_predict_names_what_a_checkpoint_was_written_for_and_checks_top_k(tmp_path):
+    from bert_tf.model.tasks import BertForSequenceClassification
+    from bert_tf.tools import predict
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat"]
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    config = BertConfig(vocab_size=len(tokens), hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=16)
+    config.to_json_file(tmp_path / "bert_config.json")
+    save_checkpoint(variables_by_name(BertForSequenceClassification(config, 2)),
+                    tmp_path / "finetuned", 1)
+    save_checkpoint(variables_by_name(BertForPreTraining(config)), tmp_path / "pretrained", 1)
+    deeper = tmp_path / "deeper.json"
+    BertConfig(**{**config.to_dict(), "num_hidden_layers": 2}).to_json_file(deeper)
+    run = predict.PredictConfig(str(tmp_path / "bert_config.json"), str(tmp_path / "pretrained"),
+                                str(tmp_path / "vocab.txt"), ["the [MASK] sat"])
+    with pytest.raises(CheckpointMismatchError, match=r"finetuned: .* lacks 7 variable\(s\) .*"
+                       r"it holds a model for fine-tuning \(a task head\), not this one\. "
+                       "predict needs a pretraining checkpoint"):
+        predict.run(dataclasses.replace(run, init_checkpoint=str(tmp_path / "finetuned")))
+    with pytest.raises(CheckpointMismatchError, match="written with another bert_config.json"):
+        predict.run(dataclasses.replace(run, bert_config_file=str(deeper)))
+    for top_k in (0, 100_000):
+        with pytest.raises(ValueError, match=f"--top_k={top_k} must be between 1 and the 10 "):
+            predict.run(dataclasses.replace(run, top_k=top_k))
+    assert predict.run(dataclasses.replace(run, top_k=10)) == 0

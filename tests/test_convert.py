@@ -1,5 +1,6 @@
 import importlib.resources
 import json
+import re
 
 import numpy as np
 import pytest
@@ -185,3 +186,16 @@ def test_python_m_bert_tf_convert_runs_the_sub_command(tmp_path):
                        check=False)
     assert proc.returncode == 1 and "convert: error:" in proc.stderr
     assert str(tmp_path / "nothing") in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_an_output_dir_holding_a_run_is_refused_and_left_unchanged(tmp_path, saved_model,
+                                                                  capsys):
+    directory, _ = saved_model
+    tf_to_hf(directory, tmp_path / "hf")
+    before = {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+    assert main(["hf_to_tf", f"--hf_dir={tmp_path / 'hf'}", f"--output_dir={directory}"]) == 1
+    assert re.search(r"--output_dir=.* is not empty \(it holds bert_config.json, checkpoint, "
+                     r"model.ckpt-5.data-00000-of-00001 ...\)", capsys.readouterr().err)
+    assert {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()} == before
+    assert main(["tf_to_hf", f"--checkpoint={directory}", f"--output_dir={tmp_path / 'hf'}"]) == 1
+    assert "is not empty" in capsys.readouterr().err

@@ -3,6 +3,7 @@ stops its workers and removes its temporary files; compressed input is read tran
 binary input is refused, naming the file and the share."""
 
 import bz2
+import codecs
 import gzip
 import lzma
 import os
@@ -194,3 +195,32 @@ def test_a_whole_records_file_is_checked_by_one_read_of_its_tail(tmp_path, monke
                         raising=False)
     assert records.truncated_at(str(path)) is None
     assert reads == [records.TAIL_BYTES]
+
+
+def test_conllu_and_vocab_with_a_byte_order_mark_or_undecodable_bytes(shared_data, tmp_path):
+    from bert_tf.analysis.analyze_attention import read_documents
+    from bert_tf.data import conllu
+    from bert_tf.data.tokenization import load_vocab
+
+    ud = (shared_data / "ud/en_ewt-ud-test.conllu").read_bytes()[:20_000].rsplit(b"\n\n", 1)[0]
+    plain = conllu.read_conllu(_write(tmp_path / "plain.conllu", ud + b"\n\n"))
+    for name, data in [("bom.conllu", codecs.BOM_UTF8 + ud + b"\n\n"),
+                       ("packed.conllu.bz2", bz2.compress(ud + b"\n\n"))]:
+        assert conllu.read_conllu(_write(tmp_path / name, data)) == plain
+    lines = ud.split(b"\n")
+    lines[7] = lines[7].replace(b"\t", b"\xe9\t", 1)  # a Latin-1 byte in a word
+    with pytest.raises(conllu.ConlluError, match=r"bad\.conllu:8: not UTF-8 \(1 undecodable "):
+        conllu.read_conllu(_write(tmp_path / "bad.conllu", b"\n".join(lines)))
+
+    vocab = shared_data / "vocab/bert-base-uncased.txt"
+    with_bom = _write(tmp_path / "vocab.txt", codecs.BOM_UTF8 + vocab.read_bytes())
+    assert load_vocab(with_bom) == load_vocab(vocab)
+
+    text = b"First sentence here.\nSecond one.\n\nAnother document.\n"
+    assert list(read_documents(_write(tmp_path / "docs.txt.bz2", bz2.compress(text)))) == [
+        ["First sentence here.", "Second one."], ["Another document."]]
+
+
+def _write(path, data):
+    path.write_bytes(data)
+    return path

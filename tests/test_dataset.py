@@ -2,9 +2,13 @@
 the flags change; the same bytes for 1 or 2 workers, mpirun -np 2, and a killed-and-rerun run."""
 
 import bz2
+import hashlib
 import json
 import os
+import re
+import resource
 import signal
+import socket
 import subprocess
 import time
 
@@ -68,7 +72,8 @@ def test_build_and_manifest(reference, small_dump, vocab):
                        for i in range(len(documents))]
     assert not [f for f in files if f.endswith(".tmp")]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["inputs"] == [{"path": str(small_dump), "bytes": small_dump.stat().st_size}]
+    assert manifest["inputs"] == [hashlib.sha256(small_dump.read_bytes()).hexdigest()]
+    assert manifest["input_paths"] == [str(small_dump)]
     assert manifest["settings"]["dupe_factor"] == 1
     assert manifest["settings"]["phases"] == [[128, 20], [256, 40]]
     assert len(manifest["vocab_sha256"]) == 64 and manifest["bert_tf_version"]
@@ -118,3 +123,70 @@ def test_killed_and_rerun_gives_identical_records(reference, small_dump, vocab, 
     assert_gone(children)
     run_command(command(small_dump, vocab, out, "--num_workers=2"))
     assert outputs(out) == expected
+
+
+ONE_PHASE = ["--phases=128:20"]
+
+
+def test_a_dump_cut_short_is_refused_before_the_manifest_so_a_redownload_runs(small_dump,
+                                                                            vocab, tmp_path):
+    dump = tmp_path / small_dump.name
+    dump.write_bytes(small_dump.read_bytes()[:-100])  # an interrupted download
+    out = tmp_path / "out"
+    result = run_command(command(dump, vocab, out, *ONE_PHASE), check=False)
+    assert result.returncode == 2
+    assert f"{dump} is not a complete MediaWiki XML dump: it ends without bzip2's " in (
+        result.stderr)
+    assert not (out / "manifest.json").exists()
+    dump.write_bytes(small_dump.read_bytes())  # downloaded again
+    run_command(command(dump, vocab, out, *ONE_PHASE))
+    assert json.loads((out / "manifest.json").read_text())["stages"]["phase1_seq128"]
+
+
+def test_a_second_run_in_the_same_directory_is_refused(small_dump, vocab, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        (out / ".bert_tf.lock").write_text(f"{socket.gethostname()} {holder.pid}\n")
+        result = run_command(command(small_dump, vocab, out, *ONE_PHASE), check=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2
+    assert f"--output_dir={out} is in use by another run (process {holder.pid}" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [".bert_tf.lock"]
+
+
+def _file_size_limit(limit):
+    """A write past `limit` bytes fails as on a full disk (EFBIG; SIGXFSZ ignored)."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_no_room_to_write_is_a_clear_error_leaving_no_temporaries(small_dump, vocab, tmp_path):
+    """Document shards (< 64 kB) fit and are kept, the first TFRecord shard (~ 100 kB) does not;
+    the rerun with room finishes the job."""
+    out = tmp_path / "out"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([str(a) for a in command(small_dump, vocab, out, *ONE_PHASE)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                            preexec_fn=_file_size_limit(80_000))
+    assert result.returncode == 2, result.stderr
+    assert re.search(rf"prepare_dataset: error: --output_dir={out}: no room to write \(.*File "
+                     r"too large\); finished shards are kept", result.stderr), result.stderr
+    assert not [p for p in out.rglob("*.tmp")]
+    assert len(list((out / "documents").glob("wiki000-*.txt"))) >= 3
+    run_command(command(small_dump, vocab, out, *ONE_PHASE))
+    assert len(list((out / "phase1_seq128").glob("*.tfrecord"))) >= 3
+
+
+def test_phases_must_be_pairs():
+    from bert_tf.data.dataset import DatasetError, parse_phases
+
+    assert parse_phases(["128:20", "512:80"]) == ((128, 20), (512, 80))
+    for bad in (["128"], ["128:20:5"], ["x:1"], []):
+        with pytest.raises(DatasetError, match="use max_seq_length:max_predictions pairs"):
+            parse_phases(bad)

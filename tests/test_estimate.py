@@ -4,9 +4,10 @@ the arithmetic, checked against numbers worked out by hand, and the command line
 import dataclasses
 import json
 import math
+import shlex
 
 import pytest
-from conftest import PYTHON, run_command
+from conftest import PYTHON, REPO, run_command
 
 from bert_tf.model.config import BertConfig
 from bert_tf.tools import estimate, hardware, model_size, performance, plan, recipe
@@ -280,3 +281,32 @@ def test_a_node_with_few_cpus_is_input_bound():
     assert step.sequences_per_second == performance.INPUT_SEQUENCES_PER_CPU_S
     roomy = dataclasses.replace(cluster, vcpus_per_node=192)
     assert performance.step_time(phase1_workload(), roomy, 4).bottleneck == "compute"
+
+
+def _readme_command(start):
+    """The README's command line that starts with `start`, its continuation lines joined."""
+    lines = (REPO / "README.md").read_text().split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith(start))
+    words = []
+    for line in lines[first:]:
+        words += shlex.split(line.rstrip("\\"))
+        if not line.endswith("\\"):
+            return words
+
+
+def test_readme_estimate_example_runs_and_bad_inputs_are_named(tmp_path):
+    run_dir = tmp_path / "runs" / "phase1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "sequences_per_second": 400.0, "num_ranks": 4}) + "\n"
+        for s in (1, 2, 3)))
+    command = [word.replace("runs/phase1", str(run_dir))
+               for word in _readme_command("python -m bert_tf estimate")]
+    proc = run_command([PYTHON, *command[1:]], check=False)  # from the repository root
+    assert proc.returncode == 0, proc.stderr
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--model=base", "--num_sequences=1e6",
+                        f"--metrics_file={run_dir}"], check=False)
+    assert proc.returncode == 2 and f"--metrics_file={run_dir} is a directory" in proc.stderr
+    with pytest.raises(estimate.EstimateError, match="positive and finite.*nan"):
+        estimate.print_estimate(estimate.EstimateConfig(model="tiny", num_sequences=float("nan"),
+                                                        sequences_per_second=50.0))

@@ -3,8 +3,11 @@ TFRecord, stale checkpoint temporaries, a resized resume, two runs in one --outp
 smaller bad inputs. Real processes, signals, Horovod ranks and files cut on disk; the tiny
 model and data of test_training.py."""
 
+import dataclasses
 import json
 import os
+import re
+import resource
 import signal
 import socket
 import stat
@@ -24,7 +27,7 @@ from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import estimate
-from bert_tf.train import distributed, faults, loop
+from bert_tf.train import distributed, faults, loop, run_data
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 from bert_tf.train.state import INPUT_POSITION
@@ -351,3 +354,61 @@ def test_bert_config_json_follows_the_umask(data, tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out" / "bert_config.json").stat().st_mode) == 0o644
 
+
+
+def test_relative_output_dir_resumes_and_keeps_keep_checkpoint_max(data, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    loop.run(_config(data, "rel/out", num_train_steps=2, save_checkpoints_steps=1,
+                     keep_checkpoint_max=1))
+    assert sorted(p.name for p in (tmp_path / "rel/out").glob("*.index")) == [
+        "model.ckpt-2.index"]
+    summary = loop.run(_config(data, "rel/out", num_train_steps=3, save_checkpoints_steps=1,
+                               keep_checkpoint_max=1))["train"]
+    assert summary["updates_this_run"] == 1  # resumed at step 2, not retrained from 0
+    assert sorted(p.name for p in (tmp_path / "rel/out").glob("*.index")) == [
+        "model.ckpt-3.index"]
+
+
+def test_metrics_jsonl_unwritable_mid_run_is_named_and_the_updates_are_saved(data, tmp_path):
+    """A file-size limit (as a full disk or a quota) hits metrics.jsonl within a few records:
+    the run stops with a clear error and a checkpoint of that update."""
+    limit = 32 << 20  # above the tiny model's checkpoint (~24 MB with LAMB's slots)
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    line = json.dumps({"step": 0, "note": "x" * 1000}) + "\n"  # kept on a start at step 0
+    (output_dir / "metrics.jsonl").write_text(line * ((limit - 100) // len(line)))
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    command = pretraining_command(data, output_dir, num_train_steps=4, log_every_n_steps=1,
+                                  save_checkpoints_steps=100)
+    proc = subprocess.run([str(a) for a in command], env={**os.environ, **ONE_THREAD,
+                                                          "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          capture_output=True, text=True, timeout=LONG, preexec_fn=limited)
+    assert proc.returncode == 1, proc.stderr
+    failed = re.search(r"run_pretraining: error: cannot write .*metrics\.jsonl at step (\d) "
+                       r"\(File too large\); the updates so far are saved", proc.stderr)
+    assert failed, proc.stderr
+    assert checkpoints.latest_checkpoint(output_dir).endswith(f"model.ckpt-{failed[1]}")
+
+
+def test_resume_on_other_data_or_sequence_length_is_refused(data, tmp_path):
+    """Phase 2 started in phase 1's --output_dir would resume at phase 1's input position in
+    other files; it is refused, naming the change and the fix (a new dir, --init_checkpoint)."""
+    output_dir = tmp_path / "out"
+    config = _config(data, output_dir, num_train_steps=2)
+    loop.run(config)
+    prefix = checkpoints.latest_checkpoint(output_dir)
+    with pytest.raises(checkpoints.CheckpointMismatchError,
+                       match=r"model.ckpt-2 was trained on other data: the --input_files differ "
+                             r"\(were 1 files, now 1, or their names or sizes\).*new "
+                             "--output_dir with --init_checkpoint="):
+        loop.run(_config(data, output_dir, num_train_steps=4, input_files=data.eval))
+    with pytest.raises(checkpoints.CheckpointMismatchError,
+                       match="--max_seq_length was 64, now 32"):
+        run_data.check(prefix, dataclasses.replace(config, max_seq_length=32))
+    assert checkpoints.latest_checkpoint(output_dir) == prefix
+    loop.run(_config(data, output_dir, num_train_steps=4))  # the same data resumes

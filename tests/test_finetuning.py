@@ -25,7 +25,7 @@ from conftest import PYTHON, REPO, run_command
 from bert_tf.data import conllu, tasks
 from bert_tf.data.tokenization import FullTokenizer
 from bert_tf.model import checkpoints
-from bert_tf.train import evaluation, finetune
+from bert_tf.train import evaluation, finetune, loop
 from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
 
 VENV_BIN = Path(sys.executable).parent
@@ -251,9 +251,9 @@ def test_glue_files_are_read_with_googles_columns_and_labels(tmp_path):
                   ("it 's a charming journey . ", None, "1")),
         "mrpc": ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tHe said .\tHe says .\n",
                  "", ("He said .", "He says .", "1")),
-        "mnli": ("\t".join(["h"] * 12) + "\n" + "\t".join(
-            ["0", "1", "2", "3", "4", "5", "6", "7", "A man .", "A person .", "x",
-             "entailment"]) + "\n", "", ("A man .", "A person .", "entailment")),
+        "mnli": ("\t".join(["h"] * 16) + "\n" + "\t".join(
+            ["0", "1", "2", "3", "4", "5", "6", "7", "A man .", "A person .", "x", "x", "x",
+             "x", "x", "entailment"]) + "\n", "", ("A man .", "A person .", "entailment")),
     }
     for task, (text, _, expected) in glue.items():
         directory = tmp_path / task
@@ -327,6 +327,15 @@ def test_tsv_with_varying_column_count_fails_naming_file_and_line(ewt, tmp_path)
                      r"first line has 2", proc.stderr), proc.stderr
 
 
+def test_another_glue_tasks_files_fail_naming_file_line_and_task(tmp_path):
+    (tmp_path / "train.tsv").write_text("gj04\t1\t\tThe sailors rode the breeze .\n"
+                                        "gj04\t0\t*\tThe more books .\n")  # CoLA's layout
+    with pytest.raises(tasks.TaskDataError, match=r"train\.tsv:1: 4 tab-separated columns, but "
+                       "--task_name=sst-2's train file has 2 as GLUE distributes it"):
+        tasks.read_examples("sst-2", str(tmp_path), "train")
+    assert len(tasks.read_examples("cola", str(tmp_path), "train")) == 2
+
+
 def test_glue_label_outside_the_task_label_set_fails(ewt, tmp_path):
     (tmp_path / "train.tsv").write_text("src\t1\t\tok .\nsrc\t2\t\tbad label .\n")
     config = finetuning_config(tmp_path, tmp_path / "out", ewt.config, ewt.vocab,
@@ -359,6 +368,10 @@ def test_flag_errors(ewt, tmp_path):
         finetune.run(dataclasses.replace(config, task_name="squad", do_train=True))
     with pytest.raises(FinetuningConfigError, match="less than one update"):
         finetune.run(dataclasses.replace(config, do_train=True, train_batch_size=1000))
+    with pytest.raises(loop.TrainingError, match="--max_seq_length=128 is longer than the "
+                       "model's max_position_embeddings=64"):
+        finetune.run(dataclasses.replace(config, do_train=True, max_seq_length=128))
+    assert not (tmp_path / "out").exists()
 
 
 def test_empty_split_and_an_output_dir_holding_another_run_fail(ewt, tmp_path):
@@ -373,3 +386,21 @@ def test_empty_split_and_an_output_dir_holding_another_run_fail(ewt, tmp_path):
     with pytest.raises(checkpoints.CheckpointMismatchError,
                        match=r"model.ckpt-3 lacks \d+ variable\(s\) needed to resume exactly"):
         finetune.run(config)
+
+
+def test_relative_output_dir_resumes_and_never_overwrites_a_pretraining_run(ewt, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.tsv").write_text("a\tgood film\nb\tbad film\n" * 4)
+    config = finetuning_config(".", "rel/out", ewt.config, ewt.vocab, task_name="tsv",
+                               do_train=True, train_batch_size=4, num_train_epochs=1.0)
+    assert finetune.run(config)["train"]["global_step"] == 2
+    before = (tmp_path / "rel/out/model.ckpt-2.index").read_bytes()
+    rerun = finetune.run(config)["train"]  # finished: resumes at the end, trains nothing
+    assert rerun["global_step"] == 2 and "avg_sequences_per_second" not in rerun
+    assert (tmp_path / "rel/out/model.ckpt-2.index").read_bytes() == before
+
+    checkpoints.save_checkpoint({"global_step": tf.constant(3, tf.int64)}, "rel/pre", 3)
+    with pytest.raises(checkpoints.CheckpointMismatchError, match="model.ckpt-3 lacks"):
+        finetune.run(dataclasses.replace(config, output_dir="rel/pre"))
+    assert checkpoints.listed_checkpoints("rel/pre") == [os.path.join("rel/pre", "model.ckpt-3")]

@@ -74,3 +74,31 @@ def test_lines_format_undecodable_bytes_and_errors(tmp_path, capsys):
     assert result.returncode == 2
     assert "--input_files: no input files match" in result.stderr
     assert "nothing*.txt" in result.stderr
+
+
+def test_its_own_output_is_not_read_and_empty_shards_are_refused(shared_data, tmp_path):
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "alice.txt").write_bytes(
+        (shared_data / "corpora/gutenberg/carroll-alice.txt").read_bytes())
+
+    def format_text(*flags):
+        return subprocess.run([sys.executable, "-m", "bert_tf", "format_text",
+                               f"--input_files={books}/*.txt", f"--output_dir={books}", *flags],
+                              capture_output=True, text=True)
+
+    first = format_text("--num_shards=2")
+    assert first.returncode == 0, first.stderr
+    shards = {p.name: p.read_bytes() for p in books.glob("part-*.txt")}
+    second = format_text("--num_shards=2")  # the glob now matches the shards too
+    assert second.returncode == 0, second.stderr
+    assert "not reading 2 file(s) of its own output" in second.stderr
+    assert {p.name: p.read_bytes() for p in books.glob("part-*.txt")} == shards
+    assert second.stdout.startswith("1 files ->")
+
+    documents = len(read_documents(books))
+    many = format_text(f"--num_shards={documents + 5}")
+    assert many.returncode == 2
+    assert (f"--num_shards={documents + 5} but the input has only {documents} document(s): 5 "
+            "shard(s) would be empty") in many.stderr
+    assert not list(books.glob(f"part-*-of-{documents + 5:05d}.txt*"))

@@ -11,6 +11,7 @@ from conftest import PYTHON, REPO, run_command
 LAUNCH = REPO / "launch" / "launch.py"
 RECIPES = REPO / "launch" / "recipes"
 RUN = f"{REPO}/run_pretraining.py"
+DATA = ["--input_files=/d/*", "--output_dir=/r"]  # what run_pretraining requires
 
 _spec = importlib.util.spec_from_file_location("launch", LAUNCH)
 launch = importlib.util.module_from_spec(_spec)
@@ -45,11 +46,11 @@ def test_recipes_reach_nvidias_global_batch_on_any_gpu_count(recipe, gpus, accum
                                                              capsys):
     _, out, _ = dry_run(capsys, launcher="horovodrun", num_gpus=gpus,
                         recipe=f"launch/recipes/{recipe}.flags",
-                        training_flags=["--output_dir=/results/x"])
+                        training_flags=["--input_files=/d/*", "--output_dir=/results/x"])
     assert command_of(out) == [
         "horovodrun", "-np", str(gpus), "-H", f"localhost:{gpus}", "python", RUN,
         f"--flagfile={RECIPES}/{recipe}.flags", f"--num_accumulation_steps={accumulation}",
-        "--output_dir=/results/x"]
+        "--input_files=/d/*", "--output_dir=/results/x"]
     text = (RECIPES / f"{recipe}.flags").read_text()
     batch = int(text.split("--train_batch_size=")[1].split()[0])
     global_batch = 65536 if "phase1" in recipe else 32768
@@ -73,38 +74,39 @@ def test_multi_node_horovodrun_and_overrides(capsys):
     _, out, _ = dry_run(capsys, launcher="horovodrun", num_gpus=8, hosts=["node1", "node2"],
                         recipe="launch/recipes/bert_large_phase1.flags", train_batch_size=32,
                         controller="gloo", python="/opt/venv/bin/python",
-                        training_flags=["--input_files=/d/*"])
+                        training_flags=DATA)
     assert command_of(out) == [
         "horovodrun", "-np", "16", "-H", "node1:8,node2:8", "--gloo", "/opt/venv/bin/python",
         RUN, f"--flagfile={RECIPES}/bert_large_phase1.flags", "--train_batch_size=32",
-        "--num_accumulation_steps=128", "--input_files=/d/*"]
+        "--num_accumulation_steps=128", *DATA]
 
 
 def test_mpirun_binding_and_environment_forwarding(capsys):
     _, out, _ = dry_run(capsys, launcher="mpirun", num_gpus=4, allow_run_as_root=True,
                         recipe="launch/recipes/bert_base_phase2.flags",
-                        training_flags=["--init_checkpoint=/r/p1"])
+                        training_flags=[*DATA, "--init_checkpoint=/r/p1"])
     assert command_of(out) == [
         "mpirun", "-np", "4", "-H", "localhost:4", "--allow-run-as-root", "-bind-to", "none",
         "-map-by", "slot", "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "python", RUN,
         f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=128",
-        "--init_checkpoint=/r/p1"]
+        *DATA, "--init_checkpoint=/r/p1"]
 
 
 def test_slurm_script_runs_one_task_per_gpu_with_srun(capsys):
     _, out, _ = dry_run(capsys, launcher="slurm", num_nodes=4, num_gpus=8, job_name="p1",
                         partition="gpu", recipe="launch/recipes/bert_large_phase1.flags",
-                        training_flags=["--output_dir=/shared/p1"])
+                        training_flags=["--input_files=/d/*", "--output_dir=/shared/p1"])
     lines = out.splitlines()
     assert lines[0] == "# p1.sbatch" and lines[1] == "#!/bin/bash"
     for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu",
-                      "--job-name=p1"):
+                      "--job-name=p1", "--signal=TERM@120"):
         assert f"#SBATCH {directive}" in lines
     srun = shlex.split(next(line for line in lines if line.startswith("srun ")))
     assert srun == ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "python", RUN,
                     f"--flagfile={RECIPES}/bert_large_phase1.flags",
-                    "--num_accumulation_steps=32", "--output_dir=/shared/p1"]
+                    "--num_accumulation_steps=32", "--input_files=/d/*",
+                    "--output_dir=/shared/p1"]
     assert lines[-1] == "sbatch p1.sbatch"
 
 
@@ -112,7 +114,7 @@ def test_slurm_in_a_container_uses_the_image_paths(capsys):
     _, out, _ = dry_run(capsys, launcher="slurm", num_nodes=2, num_gpus=8,
                         container_image="nvcr.io/me/bert_tf:1",
                         container_mounts="/lustre:/data",
-                        recipe="launch/recipes/bert_base_phase1.flags")
+                        recipe="launch/recipes/bert_base_phase1.flags", training_flags=DATA)
     srun = shlex.split(next(line for line in out.splitlines()
                             if line.startswith("srun ")))
     assert srun[3:8] == ["--container-image=nvcr.io/me/bert_tf:1",
@@ -133,10 +135,12 @@ def test_docker_run_of_our_image(capsys):
         "/workspace/bert_tf/run_pretraining.py",
         "--flagfile=/workspace/bert_tf/launch/recipes/bert_large_phase2.flags",
         "--num_accumulation_steps=256", "--input_files=/data/p2/*", "--output_dir=/results/p2"]
-    one = command_of(dry_run(capsys, launcher="docker", ipc_host=False, image="bert_tf:dev")[1])
+    one = command_of(dry_run(capsys, launcher="docker", ipc_host=False, image="bert_tf:dev",
+                             recipe="launch/recipes/bert_base_phase1.flags",
+                             training_flags=DATA)[1])
     assert one[:10] == ["docker", "run", "--rm", "--gpus", "all", "--shm-size=1g", "--ulimit",
                         "memlock=-1", "--ulimit", "stack=67108864"]
-    assert one[10:] == ["bert_tf:dev", "python", "/workspace/bert_tf/run_pretraining.py"]
+    assert one[10:13] == ["bert_tf:dev", "python", "/workspace/bert_tf/run_pretraining.py"]
 
 
 def test_bad_launches_say_what_to_change(capsys):
@@ -154,11 +158,11 @@ def test_command_line_flags_become_the_config_and_the_rest_passes_through():
     proc = run_command([PYTHON, LAUNCH, "--dry_run", "--launcher=horovodrun", "--num_gpus=8",
                         "--hosts=node1,node2", "--noipc_host",
                         "--recipe=launch/recipes/bert_large_phase1.flags",
-                        "--train_batch_size=32", "--input_files=/d/*"])
+                        "--train_batch_size=32", *DATA])
     assert command_of(proc.stdout) == [
         "horovodrun", "-np", "16", "-H", "node1:8,node2:8", "python", RUN,
         f"--flagfile={RECIPES}/bert_large_phase1.flags", "--train_batch_size=32",
-        "--num_accumulation_steps=128", "--input_files=/d/*"]
+        "--num_accumulation_steps=128", *DATA]
     proc = run_command([PYTHON, LAUNCH, "--dry_run", "--launcher=mpirun", "positional"],
                        check=False)
     assert proc.returncode != 0 and "unexpected positional arguments ['positional']" in proc.stderr
@@ -174,13 +178,13 @@ def test_elastic_horovodrun_keeps_the_global_batch(capsys):
     _, out, _ = dry_run(capsys, launcher="horovodrun", min_np=8, start_np=16, max_np=16,
                         host_discovery_script="discover_hosts.sh",
                         recipe="launch/recipes/bert_large_phase1.flags",
-                        network_interface=["ib0"], training_flags=["--input_files=/d/*"])
+                        network_interface=["ib0"], training_flags=DATA)
     assert command_of(out) == [
         "horovodrun", "-np", "16", "--min-np", "8", "--max-np", "16",
         "--host-discovery-script", f"{REPO}/discover_hosts.sh", "--gloo",
         "--network-interfaces", "ib0", "python", RUN,
         f"--flagfile={RECIPES}/bert_large_phase1.flags", "--elastic",
-        "--global_batch_size=65536", "--input_files=/d/*"]
+        "--global_batch_size=65536", *DATA]
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -201,3 +205,22 @@ def test_bad_elastic_launches_name_the_flag(capsys, fields, message):
     code, _, err = dry_run(capsys, **{**config, **fields})
     assert code == 2
     assert message in err, err
+
+
+def test_training_flags_are_checked_before_anything_starts(capsys, tmp_path):
+    """An unknown or bad training flag, or a missing --input_files, fails the launcher (a dry
+    run too) with run_pretraining's own message, before any rank or queued job starts."""
+    recipe = dict(launcher="horovodrun", num_gpus=8,
+                  recipe="launch/recipes/bert_large_phase1.flags")
+    for flags, message in [([*DATA, "--no_such_flag=1"], "Unknown command line flag "
+                            "'no_such_flag'"),
+                           ([*DATA, "--learning_rate=nan"], "--learning_rate must be a positive "
+                            "finite number, got nan"),
+                           (["--output_dir=/r"], "--input_files is required with --do_train")]:
+        code, out, err = dry_run(capsys, **recipe, training_flags=flags)
+        assert code == 2 and out == ""
+        assert f"launch: error: run_pretraining.py would refuse its flags: {message}" in err, err
+    code, _, err = dry_run(capsys, launcher="slurm", job_name="p1\n#SBATCH --account=other",
+                           **{k: v for k, v in recipe.items() if k != "launcher"},
+                           training_flags=DATA)
+    assert code == 2 and "--job_name='p1\\n#SBATCH --account=other': use letters" in err, err

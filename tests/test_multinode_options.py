@@ -12,17 +12,20 @@ LAUNCH = REPO / "launch" / "launch.py"
 RUN = f"{REPO}/run_pretraining.py"
 CLUSTER_FLAGS = ("--hosts=n1,n2", "--num_gpus=2", "--network_interface=ib0",
                  "--ssh_identity_file=/k", "--ssh_port=2222")
+# What run_pretraining.py requires (launch.py checks it before starting anything).
+TRAINING = ["--bert_config_file=/shared/bert_config.json", "--input_files=/shared/data/*",
+            "--output_dir=/shared/run", "--do_train"]
 
 
 def printed_command(*flags):
-    proc = run_command([PYTHON, LAUNCH, "--dry_run", *flags, "--output_dir=/shared/run"])
+    proc = run_command([PYTHON, LAUNCH, "--dry_run", *flags, *TRAINING])
     return shlex.split(proc.stdout.strip().splitlines()[-1])
 
 
 def test_horovodrun_across_hosts_names_interface_and_ssh():
     assert printed_command("--launcher=horovodrun", "--controller=gloo", *CLUSTER_FLAGS) == [
         "horovodrun", "-np", "4", "-H", "n1:2,n2:2", "--gloo", "--network-interfaces", "ib0",
-        "--ssh-identity-file", "/k", "-p", "2222", "python", RUN, "--output_dir=/shared/run"]
+        "--ssh-identity-file", "/k", "-p", "2222", "python", RUN, *TRAINING]
 
 
 def test_mpirun_across_hosts_forwards_env_and_names_interface_and_ssh():
@@ -31,12 +34,11 @@ def test_mpirun_across_hosts_forwards_env_and_names_interface_and_ssh():
     tail = command[command.index("^openib") + 1:]
     assert tail == ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",  # PATH is forwarded already
                     "-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0",
-                    "-mca", "plm_rsh_args", "-i /k -p 2222", "python", RUN,
-                    "--output_dir=/shared/run"]
+                    "-mca", "plm_rsh_args", "-i /k -p 2222", "python", RUN, *TRAINING]
 
 
 def test_launch_names_a_missing_launcher(tmp_path):
-    proc = run_command([PYTHON, LAUNCH, "--launcher=horovodrun", "--output_dir=x"],
+    proc = run_command([PYTHON, LAUNCH, "--launcher=horovodrun", *TRAINING],
                        env={"PATH": str(tmp_path)}, check=False)
     assert proc.returncode == 2
     assert "launch: error: horovodrun not found on PATH" in proc.stderr

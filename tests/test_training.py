@@ -383,7 +383,8 @@ def test_out_of_range_id_past_the_checked_records_fails_clearly(data, tmp_path):
 
 
 def test_record_length_mismatch_names_file_and_lengths(data, tmp_path):
-    config = _config(data, tmp_path / "out", max_seq_length=128)
+    longer = tiny.write_bert_config(tmp_path / "bert_config.json", max_position_embeddings=128)
+    config = _config(data, tmp_path / "out", max_seq_length=128, bert_config_file=str(longer))
     with pytest.raises(InputDataError, match=r"--input_files: .*train.tfrecord.*expected 128"):
         loop.run(config)
 

@@ -1,6 +1,7 @@
 """Wikipedia dumps -> documents: the real English slice, the UTF-16 Bulgarian slice, resume."""
 
 import bz2
+import re
 
 import pytest
 from conftest import PYTHON, run_command
@@ -119,3 +120,70 @@ def test_wikitext_rules():
     assert not wikipedia.is_article("Talk:Mercury", "1", False, "x")
     assert not wikipedia.is_article("AC", "0", True, "#REDIRECT [[Computer accessibility]]")
     assert wikipedia.is_article("Mercury", "0", False, "'''Mercury''' is a planet.")
+
+
+def write_dump(path, pages):
+    """A minimal pages-articles dump: (title, namespace, wikitext) per page."""
+    body = "".join(f"<page><title>{title}</title><ns>{ns}</ns><revision><text>{text}</text>"
+                   "</revision></page>" for title, ns, text in pages)
+    path.write_text(f"<mediawiki>{body}</mediawiki>\n", encoding="utf-8")
+    return path
+
+
+def wikipedia_command(inputs, out, *flags):
+    return [PYTHON, "-m", "bert_tf", "wikipedia", f"--input_files={inputs}",
+            f"--output_dir={out}", "--noprogress", *flags]
+
+
+def test_a_rerun_with_another_dump_or_shard_mb_is_refused(tmp_path):
+    """Shard names follow the dumps' order: a dump that sorts first, the same path with other
+    bytes, or another --shard_mb must not take (or be taken for) the shards already there."""
+    beta = write_dump(tmp_path / "b-pages-articles.xml",
+                      [("Beta", 0, "Beta is the second letter. It follows alpha.")])
+    out = tmp_path / "out"
+    run_command(wikipedia_command(beta, out))
+    before = {p.name: p.read_bytes() for p in out.glob("wiki*.txt")}
+    alpha = write_dump(tmp_path / "a-pages-articles.xml",
+                       [("Alpha", 0, "Alpha is the first letter. It comes before beta.")])
+    for inputs, flags, change in [
+            (f"{alpha},{beta}", [], r"the inputs differ \(were 1 files, now 2"),
+            (beta, ["--shard_mb=2"], "--shard_mb was 64.0, now 2.0")]:
+        result = run_command(wikipedia_command(inputs, out, *flags), check=False)
+        assert result.returncode == 2, result.stderr
+        assert re.search(rf"--output_dir={out} was made with other inputs or settings: {change}",
+                         result.stderr), result.stderr
+    write_dump(beta, [("Beta", 0, "Beta was replaced by another dump at the same path.")])
+    result = run_command(wikipedia_command(beta, out), check=False)
+    assert result.returncode == 2 and "the inputs differ" in result.stderr
+    assert {p.name: p.read_bytes() for p in out.glob("wiki*.txt")} == before
+
+    run_command(wikipedia_command(f"{alpha},{beta}", tmp_path / "both"))
+    assert (tmp_path / "both/wiki000-00000.txt").read_text().startswith("Alpha is the first")
+    assert (tmp_path / "both/wiki001-00000.txt").read_text().startswith("Beta was replaced")
+
+
+def test_a_dump_without_articles_is_refused_leaving_nothing(tmp_path):
+    dump = write_dump(tmp_path / "talk-pages-articles.xml",
+                      [("Talk:Beta", 1, "A discussion page."), ("Gamma", 0, "#REDIRECT [[Beta]]")])
+    out = tmp_path / "out"
+    result = run_command(wikipedia_command(dump, out), check=False)
+    assert result.returncode == 2, result.stderr
+    assert f"{dump} holds no articles (of its 2 pages none is a main-namespace page" in (
+        result.stderr)
+    assert "Traceback" not in result.stderr
+    assert [p for p in out.rglob("*")] == []  # no manifest, counts or temporaries left
+
+
+def test_a_dump_cut_short_is_refused_from_its_last_bytes(tmp_path):
+    whole = bz2.compress(b"<mediawiki><page><title>x</title></page></mediawiki>\n" * 50)
+    for name, data, complete in [("whole.xml.bz2", whole, True),
+                                 ("cut.xml.bz2", whole[:-3], False),
+                                 ("cut.xml", b"<mediawiki><page><title>x</title>", False),
+                                 ("whole.xml", b"<mediawiki></mediawiki>\n\n", True)]:
+        (tmp_path / name).write_bytes(data)
+        if complete:
+            wikipedia.check_complete(tmp_path / name)
+        else:
+            with pytest.raises(wikipedia.WikipediaError, match=f"{name} is not a complete "
+                               "MediaWiki XML dump: it ends without .*download it again"):
+                wikipedia.check_complete(tmp_path / name)

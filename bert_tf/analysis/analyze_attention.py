@@ -27,6 +27,7 @@ from tqdm import tqdm
 import bert_tf
 from bert_tf.analysis import plots, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
+from bert_tf.data.files import InputDataError, read_text
 from bert_tf.data.tokenization import FullTokenizer, VocabError
 from bert_tf.model import checkpoints, modeling
 from bert_tf.model.config import BertConfig, BertConfigError
@@ -69,18 +70,16 @@ class Segment:
 
 
 def read_documents(path):
-    """Yields documents (lists of non-empty lines) of a pretraining-format file."""
-    document = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                document.append(line)
-            elif document:
-                yield document
-                document = []
-    if document:
-        yield document
+    """Yields documents (lists of non-empty lines) of a pretraining-format file (compressed
+    ones read transparently)."""
+    try:
+        text, _ = read_text(path)
+    except InputDataError as e:
+        raise AnalysisError(f"--input_file: {e}") from None
+    for block in text.split("\n\n"):
+        document = [line.strip() for line in block.split("\n") if line.strip()]
+        if document:
+            yield document
 
 
 def _take_sentences(sentences, start, limit):

@@ -1,23 +1,34 @@
 """Learns a WordPiece vocabulary from text, for pretraining BERT on a new corpus or language.
 
 Text is normalised exactly as bert_tf.data.tokenization does (Google's rules), split into words on
-whitespace, punctuation and CJK characters, and Hugging Face `tokenizers`' WordPiece trainer
-(in Rust, where tensorflow-text's learner is pure Python) picks the pieces.
+whitespace, punctuation and CJK characters, and Hugging Face `tokenizers`' BPE trainer (in Rust,
+where tensorflow-text's learner is pure Python) picks the pieces: WordPiece's vocabulary is BPE's
+alphabet and merges, with "##" marking a piece inside a word.
 Layout as Google's vocabs: [PAD]=0, then up to 99 [unusedN], then [UNK] [CLS] [SEP] [MASK], then
 the remaining [unusedN], then the learned pieces.
+
+Reproducible: the same input gives the same vocab in every run. The trainer breaks ties between
+equally frequent pairs by their symbols' ids, and its WordPiece mode numbers the "##" pieces in
+the order of a Rust HashMap (seeded per process: 2799 or 2800 tokens, each run another vocab, on
+Alice at --vocab_size=5000). So every (character, inside a word or not) is handed to it as one
+private-use character, numbered in first-seen order, and mapped back afterwards.
 """
 
 import dataclasses
 import os
+import sys
 
 from absl import flags
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 import bert_tf
-from bert_tf.data.files import InputDataError, expand_patterns
+from bert_tf.data.files import InputDataError, expand_patterns, read_text
 from bert_tf.data.tokenization import normalize_text
 
 LINES_PER_BATCH = 8192
+# Unicode's supplementary private-use planes 15 and 16: the trainer's symbols.
+_SYMBOL_BLOCKS = ((0xF0000, 0xFFFFE), (0x100000, 0x10FFFE))
+MAX_SYMBOLS = sum(end - start for start, end in _SYMBOL_BLOCKS)
 
 
 class BuildVocabError(ValueError):
@@ -29,20 +40,62 @@ def reserved_tokens(num_unused_tokens):
     return ["[PAD]", *unused[:99], "[UNK]", "[CLS]", "[SEP]", "[MASK]", *unused[99:]]
 
 
-def _normalized_batches(input_files, do_lower_case):
+class _Symbols:
+    """(inside a word?, character) <-> one private-use character, numbered as first seen."""
+
+    def __init__(self):
+        self.code_of, self.key_of = {}, {}
+
+    def word(self, word):
+        return "".join(self._code(i > 0, c) for i, c in enumerate(word))
+
+    def _code(self, inside, char):
+        code = self.code_of.get((inside, char))
+        if code is None:
+            code = chr(_code_point(len(self.code_of)))
+            self.code_of[(inside, char)] = code
+            self.key_of[code] = (inside, char)
+        return code
+
+    def piece(self, symbols):
+        """The WordPiece token of a learned piece ("##" when it starts inside a word)."""
+        keys = [self.key_of[c] for c in symbols]
+        return ("##" if keys[0][0] else "") + "".join(char for _, char in keys)
+
+
+def _code_point(n):
+    for start, end in _SYMBOL_BLOCKS:
+        if n < end - start:
+            return start + n
+        n -= end - start
+    raise BuildVocabError(f"the input has more than {MAX_SYMBOLS // 2} distinct characters; "
+                          "is it text?")
+
+
+def _words_as_symbols(input_files, do_lower_case, symbols):
+    """Batches of lines, each the line's words as symbols separated by spaces."""
+    # Text arrives normalised; only the CJK splitting of Google's BasicTokenizer remains.
+    cjk = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=True,
+                                     strip_accents=False, lowercase=False)
+    splitter = pre_tokenizers.BertPreTokenizer()
     for path in input_files:
-        batch = []
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    line = line.strip()
-                    if line:
-                        batch.append(normalize_text(line, do_lower_case))
-                    if len(batch) == LINES_PER_BATCH:
-                        yield batch
-                        batch = []
-        except OSError as e:
-            raise BuildVocabError(f"cannot read input file {path}: {e.strerror}") from e
+            text, replaced = read_text(path)
+        except InputDataError as e:
+            raise BuildVocabError(str(e)) from None
+        if replaced:
+            print(f"build_vocab: warning: {path}: {replaced} undecodable byte(s) replaced by "
+                  "U+FFFD (the file is not valid UTF-8)", file=sys.stderr)
+        lines = [line.strip() for line in text.split("\n")]
+        del text
+        batch = []
+        for line in filter(None, lines):
+            words = splitter.pre_tokenize_str(cjk.normalize_str(normalize_text(line,
+                                                                               do_lower_case)))
+            batch.append(" ".join(symbols.word(word) for word, _ in words))
+            if len(batch) == LINES_PER_BATCH:
+                yield batch
+                batch = []
         if batch:
             yield batch
 
@@ -54,17 +107,18 @@ def build_vocab(input_files, vocab_size, do_lower_case=True, num_unused_tokens=0
     if vocab_size <= len(reserved) + 10:
         raise BuildVocabError(f"--vocab_size={vocab_size} leaves no room next to the "
                               f"{len(reserved)} reserved tokens")
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    # Text arrives normalised; only the CJK splitting of Google's BasicTokenizer remains.
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=False, handle_chinese_chars=True, strip_accents=False, lowercase=False)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # A character counts twice towards the alphabet: at a word's start and inside words.
+    trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=min_count, special_tokens=reserved,
-        limit_alphabet=max_unique_chars, continuing_subword_prefix="##", show_progress=False)
-    tokenizer.train_from_iterator(_normalized_batches(input_files, do_lower_case), trainer)
+        limit_alphabet=2 * max_unique_chars, show_progress=False)
+    symbols = _Symbols()
+    tokenizer.train_from_iterator(_words_as_symbols(input_files, do_lower_case, symbols),
+                                  trainer)
     by_id = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    vocab = [token for token, _ in by_id]
+    vocab = [token if i < len(reserved) else symbols.piece(token)
+             for i, (token, _) in enumerate(by_id)]
     if len(vocab) <= len(reserved):
         raise BuildVocabError(f"no words in {', '.join(input_files)}; is the input empty?")
     assert vocab[:len(reserved)] == reserved, "trainer reordered the reserved tokens"

@@ -7,6 +7,8 @@ syntactic words are what the tags and heads describe.
 import dataclasses
 import os
 
+from bert_tf.data.files import InputDataError, read_text
+
 
 class ConlluError(ValueError):
     """Malformed CoNLL-U input (the message names the file and line)."""
@@ -32,35 +34,37 @@ def read_conllu(path, flag="conllu", require_heads=True):
     Raises:
       ConlluError naming the file and line.
     """
-    if not os.path.isfile(path):
-        raise ConlluError(f"--{flag}: no such file {path}")
     sentences, current = [], _new_sentence("")
-    with open(path, "rb") as f:
-        line_number = 0
-        for line_number, raw in enumerate(f, 1):
-            line = _decode(raw, path, line_number).rstrip("\r\n")
-            if not line.strip():
-                _finish(current, sentences, path, line_number)
-                current = _new_sentence("")
-            elif line.startswith("# sent_id"):
-                current.sent_id = line.partition("=")[2].strip()
-            elif not line.startswith("#"):
-                _add_word(current, line.split("\t"), path, line_number, require_heads)
-        _finish(current, sentences, path, line_number)
+    line_number = 0
+    for line_number, line in enumerate(_lines(path, flag), 1):
+        if not line.strip():
+            _finish(current, sentences, path, line_number)
+            current = _new_sentence("")
+        elif line.startswith("# sent_id"):
+            current.sent_id = line.partition("=")[2].strip()
+        elif not line.startswith("#"):
+            _add_word(current, line.split("\t"), path, line_number, require_heads)
+    _finish(current, sentences, path, line_number)
     if not sentences:
         raise ConlluError(f"{path}: no sentences found; expected CoNLL-U (10 tab-separated "
                           "fields per word, blank line between sentences)")
     return sentences
 
 
-def _decode(raw, path, line_number):
-    """One line as text, or a ConlluError naming the line (read line by line, so a bad
-    byte's line is known)."""
+def _lines(path, flag):
+    """The lines of a UTF-8 CoNLL-U file (a byte-order mark and .gz/.bz2/.xz are fine); a byte
+    that is not UTF-8 is an error naming its line (it would change a word)."""
+    if not os.path.isfile(path):
+        raise ConlluError(f"--{flag}: no such file {path}")
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConlluError(f"{path}:{line_number}: not UTF-8 text ({e.reason} at byte "
-                          f"{e.start} of the line); CoNLL-U files are UTF-8") from None
+        text, replaced = read_text(path)
+    except InputDataError as e:
+        raise ConlluError(f"--{flag}: {e}") from None
+    if replaced:
+        line = text.count("\n", 0, text.index("\ufffd")) + 1
+        raise ConlluError(f"{path}:{line}: not UTF-8 ({replaced} undecodable byte(s) in the "
+                          "file); CoNLL-U is UTF-8: convert the file (e.g. with iconv)")
+    return text.removesuffix("\n").split("\n")
 
 
 def _new_sentence(sent_id):

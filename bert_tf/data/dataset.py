@@ -16,16 +16,16 @@ Stages, each with a progress bar:
 
 Every shard is written under a temporary name and renamed when complete (bert_tf.data.shards);
 a rerun skips the finished shards and writes the same bytes as an uninterrupted run. manifest.json
-records the inputs, the settings, the vocab's sha256, the counts per shard and the bert_tf version;
-a rerun with other inputs or settings is refused, naming what changed. Under mpirun every rank
+records the inputs (by sha256), the settings, the vocab's sha256, the counts per shard and the
+bert_tf version; a rerun with other inputs or settings is refused, naming what changed, and so is
+a second run in the same directory at once. Dumps are checked to be complete (not cut short)
+before anything is written. Under mpirun every rank
 takes every size-th dump and shard (a shared file system is needed); --num_workers processes per
 rank.
 """
 
 import collections
 import dataclasses
-import hashlib
-import json
 import os
 import sys
 
@@ -34,8 +34,6 @@ from absl import flags
 import bert_tf
 from bert_tf.data import pretraining_data, shards, shared_flags, wikipedia, workers
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
-
-MANIFEST = "manifest.json"
 
 
 class DatasetError(ValueError):
@@ -77,57 +75,12 @@ def is_dump(path):
     return ".xml" in os.path.basename(path)
 
 
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-# --------------------------------------------------------------------------- manifest
-
-
 def expected_manifest(config, input_files):
     return {
-        "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in input_files],
+        "inputs": shards.input_identities(input_files),
         "settings": config.settings(),
-        "vocab_sha256": file_sha256(config.vocab_file),
+        "vocab_sha256": shards.file_sha256(config.vocab_file),
     }
-
-
-def check_manifest(output_dir, expected):
-    """Refuses to add to an output directory made from other inputs or settings."""
-    path = os.path.join(output_dir, MANIFEST)
-    if not os.path.exists(path):
-        return
-    try:
-        with open(path, encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{path} is unreadable ({e}); remove --output_dir={output_dir} "
-                           "to start over") from e
-    changed = [_describe_change(key, found.get(key), value) for key, value in expected.items()
-               if found.get(key) != value]
-    if changed:
-        raise DatasetError(
-            f"--output_dir={output_dir} was made with other inputs or settings: "
-            f"{'; '.join(changed)}. Rerun with the original flags, or choose a new --output_dir "
-            "(mixing them would mix two datasets)")
-
-
-def _describe_change(key, old, new):
-    if key == "settings" and isinstance(old, dict):
-        return ", ".join(f"--{k} was {old.get(k)!r}, now {new[k]!r}" for k in new
-                         if old.get(k) != new[k])
-    if key == "inputs" and isinstance(old, list):
-        return f"the inputs differ (were {len(old)} files, now {len(new)}, or their sizes)"
-    return f"{key} was {old!r}, now {new!r}"
-
-
-def write_manifest(output_dir, expected, stages):
-    shards.write_json(os.path.join(output_dir, MANIFEST),
-                      {**expected, "stages": stages, "bert_tf_version": bert_tf.__version__})
 
 
 # --------------------------------------------------------------------------- stages
@@ -202,33 +155,34 @@ def validate(config):
 def prepare_dataset(config):
     """The whole job; returns the manifest (on MPI rank 0; other ranks return None)."""
     input_files = validate(config)
+    dumps = [p for p in input_files if is_dump(p)]
+    for dump in dumps:
+        wikipedia.check_complete(dump)
     expected = expected_manifest(config, input_files)
-    check_manifest(config.output_dir, expected)
     comm = pretraining_data.mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
-    if rank == 0:
-        write_manifest(config.output_dir, expected, {})
-    document_dir = os.path.join(config.output_dir, "documents")
-    dumps = [p for p in input_files if is_dump(p)]
-    for directory in [document_dir] + [os.path.join(config.output_dir, phase_dir_name(i, s))
-                                       for i, (s, _) in enumerate(config.phases)]:
-        if rank == 0 and os.path.isdir(directory):
-            shards.remove_temporaries(directory)
+    shards.check_manifest(config.output_dir, expected)  # every rank fails alike
     _barrier(comm)
-    prefixes = wikipedia.extract_dumps(dumps, document_dir, config.shard_mb * 1e6, config.num_workers,
-                                 config.progress and rank == 0, rank, size)
-    _barrier(comm)
-    inputs = document_shards(document_dir, prefixes) + [p for p in input_files if not is_dump(p)]
-    stages = {"documents": _stage_counts(inputs)}
-    for index, (seq, predictions) in enumerate(config.phases):
-        phase_dir = os.path.join(config.output_dir, phase_dir_name(index, seq))
-        outputs = write_phase(inputs, phase_dir, config, config.instance_config(seq, predictions),
-                              rank, size)
+    with shards.claimed_output_dir(config.output_dir, expected, enabled=rank == 0,
+                                   input_paths=input_files, stages={}):
         _barrier(comm)
-        stages[os.path.basename(phase_dir)] = _stage_counts(outputs)
+        document_dir = os.path.join(config.output_dir, "documents")
+        prefixes = wikipedia.extract_dumps(dumps, document_dir, config.shard_mb * 1e6,
+                                           config.num_workers, config.progress and rank == 0,
+                                           rank, size)
+        _barrier(comm)
+        inputs = document_shards(document_dir, prefixes) + [p for p in input_files
+                                                            if not is_dump(p)]
+        stages = {"documents": _stage_counts(inputs)}
+        for index, (seq, predictions) in enumerate(config.phases):
+            phase_dir = os.path.join(config.output_dir, phase_dir_name(index, seq))
+            outputs = write_phase(inputs, phase_dir, config,
+                                  config.instance_config(seq, predictions), rank, size)
+            _barrier(comm)
+            stages[os.path.basename(phase_dir)] = _stage_counts(outputs)
     if rank != 0:
         return None
-    write_manifest(config.output_dir, expected, stages)
+    shards.write_manifest(config.output_dir, expected, input_paths=input_files, stages=stages)
     return {**expected, "stages": stages}
 
 
@@ -270,7 +224,10 @@ def define_flags():
 
 def parse_phases(values):
     try:
-        return tuple(tuple(int(x) for x in v.split(":")) for v in values)
+        phases = tuple(tuple(int(x) for x in v.split(":")) for v in values)
+        if not phases or any(len(phase) != 2 for phase in phases):
+            raise ValueError(values)
+        return phases
     except ValueError:
         raise DatasetError(f"--phases={','.join(values)}: use max_seq_length:max_predictions "
                            "pairs such as 128:20,512:80") from None
@@ -297,7 +254,7 @@ def run(config: DatasetConfig) -> int:
     if manifest is not None:
         for stage, counts in manifest["stages"].items():
             print(f"{stage}: {len(counts['shards'])} shards, {counts['total']}")
-        print(f"manifest: {os.path.join(config.output_dir, MANIFEST)}")
+        print(f"manifest: {os.path.join(config.output_dir, shards.MANIFEST)}")
     return 0
 
 
@@ -305,5 +262,5 @@ if __name__ == "__main__":
     from bert_tf.data.tokenization import VocabError
 
     bert_tf.run_command(define_flags, config_from_flags, run, errors=(
-        DatasetError, InputDataError, pretraining_data.PretrainingDataError, VocabError),
-        error_status=2)
+        DatasetError, InputDataError, OutputDirError, pretraining_data.PretrainingDataError,
+        VocabError), error_status=2)

@@ -80,6 +80,11 @@ def read_bytes(path):
                                  "download or decompress it again") from e
 
 
+def read_text(path):
+    """The text of a local or compressed input file: decode_text(read_bytes(path), path)."""
+    return decode_text(read_bytes(path), path)
+
+
 def decode_text(raw, path):
     """UTF-8 (or UTF-16 with a byte-order mark) -> (text, count of undecodable bytes replaced
     by U+FFFD). Refuses input that is mostly undecodable (binary, or another encoding)."""

@@ -16,6 +16,7 @@ create_pretraining_data.py finds "random next" segments from other books in each
 
 import dataclasses
 import os
+import re
 import sys
 
 import blingfire
@@ -26,11 +27,12 @@ from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
     check_writable,
-    decode_text,
     expand_patterns,
-    read_bytes,
+    read_text,
 )
 
+# The output shards' names: part-00000-of-00003.txt ...
+_SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.txt")
 # Characters between which a line break is not a word break (CJK ideographs, kana, CJK
 # punctuation and full-width forms).
 _NO_SPACE_RANGES = ((0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
@@ -74,11 +76,11 @@ def split_sentences(text):
     return sentences
 
 
-def read_text(path, stats):
+def read_counted_text(path, stats):
     """Decodes UTF-8 (or UTF-16 with a byte-order mark; .gz/.bz2/.xz read transparently),
     replacing (and counting) a few undecodable bytes; mostly undecodable input is refused."""
     try:
-        text, replaced = decode_text(read_bytes(path), path)
+        text, replaced = read_text(path)
     except InputDataError as e:
         raise FormatTextError(str(e)) from e
     if replaced:
@@ -137,7 +139,7 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
         raise FormatTextError(f"--output_dir {output_dir} is not writable ({e.strerror})") from e
     try:
         for path in input_files:
-            text = read_text(path, stats)
+            text = read_counted_text(path, stats)
             stats["files"] += 1
             documents = (line_documents(text) if input_format == "lines" else
                          paragraph_documents(text, max_document_chars, min_document_chars))
@@ -149,6 +151,12 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
                 out.write("\n".join(sentences) + "\n\n")
                 stats["documents"] += 1
                 stats["sentences"] += len(sentences)
+        if 0 < stats["documents"] < num_shards:
+            raise FormatTextError(
+                f"--num_shards={num_shards} but the input has only {stats['documents']} "
+                f"document(s): {num_shards - stats['documents']} shard(s) would be empty (and "
+                "create_pretraining_data refuses empty files); use --num_shards="
+                f"{stats['documents']} or fewer")
     except BaseException:
         for out in outputs:
             out.close()
@@ -189,11 +197,28 @@ def define_flags():
     flags.mark_flags_as_required(["input_files", "output_dir"])
 
 
+def without_own_output(input_files, output_dir):
+    """The input files less the shards this command writes to output_dir (an input glob that
+    also matches the output directory would otherwise read a previous run's output)."""
+    directory = os.path.realpath(output_dir)
+    own = [path for path in input_files if os.path.dirname(os.path.realpath(path)) == directory
+           and _SHARD_NAME.fullmatch(os.path.basename(path))]
+    if own:
+        print(f"format_text: note: not reading {len(own)} file(s) of its own output in "
+              f"--output_dir={output_dir} ({', '.join(map(os.path.basename, own[:3]))}"
+              f"{' ...' if len(own) > 3 else ''})", file=sys.stderr)
+    kept = [path for path in input_files if path not in own]
+    if not kept:
+        raise InputDataError(f"every file matched is format_text's own output in "
+                             f"--output_dir={output_dir}; name the raw text files")
+    return kept
+
+
 def run(config: FormatTextConfig) -> int:
     """Writes the shards and prints their counts; returns the exit status. FormatTextError on
     bad input."""
     try:
-        files = expand_patterns(config.input_files)
+        files = without_own_output(expand_patterns(config.input_files), config.output_dir)
         stats = format_files(files, config.output_dir, config.num_shards, config.input_format,
                              config.max_document_chars, config.min_document_chars)
     except InputDataError as e:

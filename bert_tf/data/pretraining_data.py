@@ -31,9 +31,8 @@ from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
     check_writable,
-    decode_text,
     expand_patterns,
-    read_bytes,
+    read_text,
 )
 from bert_tf.data.records import feature_lengths, num_to_predict, serialize_examples
 
@@ -92,14 +91,13 @@ def read_documents(path, tokenizer, stats):
     """Tokenizes one input file -> (flat token ids, sentence [start, end) offsets into them,
     document [first, last+1) sentence ranges). Undecodable bytes are replaced and counted."""
     try:
-        raw = read_bytes(path)
-        text, replaced = decode_text(raw, path)
+        text, replaced = read_text(path)
     except InputDataError as e:
         raise PretrainingDataError(str(e)) from e
     stats["input_bytes"] += os.path.getsize(path)  # on disk (compressed), as the progress bar
     stats["replaced_bytes"] += replaced
     lines = [line.strip() for line in text.split("\n")]
-    del raw, text
+    del text
     nonblank = [line for line in lines if line]
     flat_parts, length_parts = [], []
     for i in range(0, len(nonblank), TOKENIZE_BATCH_LINES):

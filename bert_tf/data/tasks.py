@@ -10,8 +10,9 @@ Tasks (`--task_name`):
   - `tsv`: any TSV with --text_a_column, --text_b_column (-1: none) and --label_column; labels
     are those seen in training.
 
-Bad input: a TSV row whose column count differs from the file's first row, or a label outside a
-fixed GLUE label set, is an error naming file and line. Dev/test labels never seen in training
+Bad input: a TSV row whose column count differs from the file's first row, a GLUE file with
+another column count than GLUE's (e.g. CoLA files read as SST-2), or a label outside a fixed GLUE
+label set, is an error naming file and line. Dev/test labels never seen in training
 are counted (and score as errors). Sequences longer than --max_seq_length are split (tagging:
 at word boundaries) or truncated (classification), and counted.
 """
@@ -53,23 +54,28 @@ class GlueTask:
     columns: dict  # split -> (text_a, text_b or None, label or None) column indexes
     labels: tuple  # the fixed label set
     test_label: str  # the placeholder label of unlabelled test rows
+    # split -> the file's column count as GLUE distributes it: files of another task (whose
+    # label column may hold the same 0/1) are refused instead of read by the wrong columns.
+    widths: dict
 
 
 _PLAIN_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
 GLUE_TASKS = {
     "cola": GlueTask(_PLAIN_FILES, {"train": False, "dev": False, "test": True},
                      {"train": (3, None, 1), "dev": (3, None, 1), "test": (1, None, None)},
-                     ("0", "1"), "0"),
+                     ("0", "1"), "0", {"train": 4, "dev": 4, "test": 2}),
     "sst-2": GlueTask(_PLAIN_FILES, {"train": True, "dev": True, "test": True},
                       {"train": (0, None, 1), "dev": (0, None, 1), "test": (1, None, None)},
-                      ("0", "1"), "0"),
+                      ("0", "1"), "0", {"train": 2, "dev": 2, "test": 2}),
     "mrpc": GlueTask(_PLAIN_FILES, {"train": True, "dev": True, "test": True},
                      {split: (3, 4, None if split == "test" else 0) for split in SPLITS},
-                     ("0", "1"), "0"),
+                     ("0", "1"), "0", {"train": 5, "dev": 5, "test": 5}),
+    # dev has the five annotators' labels before gold_label, so the label is the last column.
     "mnli": GlueTask({"train": "train.tsv", "dev": "dev_matched.tsv",
                       "test": "test_matched.tsv"}, {split: True for split in SPLITS},
                      {split: (8, 9, None if split == "test" else -1) for split in SPLITS},
-                     ("contradiction", "entailment", "neutral"), "contradiction"),
+                     ("contradiction", "entailment", "neutral"), "contradiction",
+                     {"train": 12, "dev": 16, "test": 10}),
 }
 TASK_NAMES = (*TAGGING_TASKS, *GLUE_TASKS, "tsv")
 
@@ -120,18 +126,24 @@ def read_examples(task_name: str, data_dir: str, split: str,
                   columns: TsvColumns = TsvColumns()) -> list[Example]:
     """Classification examples of one split (unlabelled test rows get a placeholder label)."""
     path = task_file(task_name, data_dir, split)
+    rows = read_tsv(path)
     if task_name in GLUE_TASKS:
         task = GLUE_TASKS[task_name]
         header, (a, b, label) = task.header[split], task.columns[split]
         placeholder = task.test_label
+        if rows and len(rows[0]) != task.widths[split]:
+            raise TaskDataError(
+                f"{path}:1: {len(rows[0])} tab-separated columns, but --task_name={task_name}'s "
+                f"{split} file has {task.widths[split]} as GLUE distributes it; are these "
+                "another task's files? (--task_name=tsv reads any columns)")
     else:
         header, placeholder = columns.has_header, ""
         a, b = columns.text_a, None if columns.text_b < 0 else columns.text_b
         label = None if split == "test" else columns.label
-    rows = read_tsv(path)[1 if header else 0:]
+    rows = rows[1 if header else 0:]
     if not rows:
         raise TaskDataError(f"{path}: no examples (an empty file, or only a header)")
-    width = len(rows[0]) if rows else 0
+    width = len(rows[0])
     wanted = [c for c in (a, b, label) if c is not None]
     if max(c if c >= 0 else -c - 1 for c in wanted) >= width:
         raise TaskDataError(f"{path}: has {width} columns but --task_name={task_name} reads "

@@ -34,7 +34,8 @@ class VocabError(ValueError):
 def load_vocab(vocab_file):
     """Reads a vocab file (one token per line, id = line number) into a dict token -> id."""
     try:
-        with open(vocab_file, encoding="utf-8") as f:
+        # utf-8-sig: a byte-order mark (some editors write one) is not part of token 0.
+        with open(vocab_file, encoding="utf-8-sig") as f:
             tokens = [line.rstrip("\n").strip() for line in f]
     except OSError as e:
         raise VocabError(f"cannot read vocab file {vocab_file}: {e.strerror}; pass an existing "

@@ -286,6 +286,46 @@ def article_sentences(page):
     return [s for p in wikitext_to_paragraphs(page[3]) for s in split_sentences(p)]
 
 
+# bzip2's end-of-stream marker (the digits of sqrt(pi)): 48 bits, then a 32-bit CRC and 0-7
+# bits of padding end the file, not byte-aligned.
+_BZIP2_END = 0x177245385090
+
+
+def _cut_short(path):
+    """What a complete file of path's format ends with and this one lacks, or None."""
+    suffix = os.path.splitext(str(path))[1].lower()
+    if suffix == ".gz":  # gzip has no end marker: read it through
+        with open_input(path) as f:
+            try:
+                while f.read(1 << 24):
+                    pass
+            except (OSError, EOFError) as e:
+                return f"the end of its gzip stream ({e})"
+        return None
+    with open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - 64))
+        tail = f.read()
+    if suffix == ".bz2":
+        value = int.from_bytes(tail[-11:], "big")
+        if not any((value >> (32 + pad)) & (2**48 - 1) == _BZIP2_END for pad in range(8)):
+            return "bzip2's end-of-stream marker"
+    elif suffix == ".xz":
+        if not tail.endswith(b"YZ"):
+            return "xz's stream footer"
+    elif not any(end in tail for end in (b"</mediawiki>", "</mediawiki>".encode("utf-16-le"))):
+        return "</mediawiki>"
+    return None
+
+
+def check_complete(path):
+    """Refuses a dump cut short (an interrupted download) before anything is written for it,
+    from its last bytes (a .gz is read through: gzip has no end marker)."""
+    missing = _cut_short(path)
+    if missing:
+        raise WikipediaError(f"{path} is not a complete MediaWiki XML dump: it ends without "
+                             f"{missing}, so it was cut short; download it again")
+
+
 def iter_dump(path):
     """Streams the pages of a dump file (.xml, .xml.bz2, .gz, .xz)."""
     with open_input(path) as stream:
@@ -373,8 +413,10 @@ def extract_dump(path, output_dir, prefix, shard_bytes, pool=None, progress=None
     pages_done = done[-1]["pages_end"] if done else 0
     writer = _ShardWriter(output_dir, prefix, shard_bytes, len(done), os.path.basename(path))
     convert = pool.map if pool is not None else lambda f, xs: list(map(f, xs))
+    pages = 0
     try:
         for batch in _batches(enumerate(iter_dump(path)), batch_pages):
+            pages += len(batch)
             batch = [(i, page) for i, page in batch if i >= pages_done]
             for (i, _), sentences in zip(batch, convert(article_sentences, [p for _, p in batch]),
                                          strict=True):
@@ -386,6 +428,11 @@ def extract_dump(path, output_dir, prefix, shard_bytes, pool=None, progress=None
     except BaseException:
         writer.abandon()
         raise
+    if writer.index == 0:
+        raise WikipediaError(
+            f"{path} holds no articles (of its {pages} pages none is a main-namespace page "
+            "that is not a redirect or a disambiguation page); is it a *-pages-articles* "
+            "dump? Remove it from --input_files")
     shards.write_json(done_marker, {"shards": writer.index})
     return _completed(output_dir, prefix)
 
@@ -440,11 +487,20 @@ def define_flags():
 
 def run(config: WikipediaConfig) -> int:
     """Extracts the dumps into document shards; returns the exit status (128 + the signal when
-    interrupted). InputDataError, OutputDirError on bad input."""
+    interrupted). InputDataError, OutputDirError on bad input.
+
+    The output directory's manifest.json holds the dumps' sha256 and --shard_mb: shard names
+    follow the dumps' order, so a rerun with other dumps or another --shard_mb is refused
+    rather than taking another dump's shards for its own (shards.claimed_output_dir)."""
     dumps = expand_patterns(config.input_files)
     check_writable(config.output_dir, "output_dir")
+    for dump in dumps:
+        check_complete(dump)
+    expected = {"inputs": shards.input_identities(dumps),
+                "settings": {"shard_mb": config.shard_mb}}
     try:
-        with workers.interruptible():
+        with (workers.interruptible(),
+              shards.claimed_output_dir(config.output_dir, expected, input_paths=dumps)):
             extract_dumps(dumps, config.output_dir, config.shard_mb * 1e6, config.num_workers,
                           config.progress)
     except workers.Interrupted as e:

@@ -84,10 +84,14 @@ def _write_state_file(directory, prefixes):
 
 
 def _listed_checkpoints(directory):
+    """Prefixes named in directory/checkpoint, oldest first, as os.path.join(directory, name).
+
+    tf.train.get_checkpoint_state already joins a relative entry onto `directory`; joining it
+    again broke a relative --output_dir (nothing found, so a rerun restarted at step 0)."""
     state = tf.train.get_checkpoint_state(directory)
     if state is None:
         return []
-    return [p if os.path.isabs(p) else os.path.join(directory, p)
+    return [os.path.join(directory, os.path.basename(p))
             for p in state.all_model_checkpoint_paths]
 
 
@@ -243,7 +247,8 @@ def restore(ckpt, variables_by_name, require_all=False) -> RestoreReport:
     if require_all and missing:
         raise CheckpointMismatchError(
             f"checkpoint {prefix} lacks {len(missing)} variable(s) needed to resume exactly: "
-            f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
+            f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
+            f"{_why_missing(missing, sorted(set(shapes) - set(variables_by_name)))}")
     if loaded:
         try:  # reads everything before assigning anything
             values = tf.raw_ops.RestoreV2(
@@ -256,6 +261,19 @@ def restore(ckpt, variables_by_name, require_all=False) -> RestoreReport:
             variable.assign(tf.cast(value, variable.dtype))
     unused = sorted(set(shapes) - set(variables_by_name))
     return RestoreReport(loaded=loaded, missing=missing, unused=unused)
+
+
+def _why_missing(missing, unused) -> str:
+    """What a checkpoint lacking the model's `missing` variables was most likely written for."""
+    heads = {"pretraining (masked-LM and next-sentence heads)": "cls/",
+             "fine-tuning (a task head)": "output_"}
+    has = [kind for kind, start in heads.items() if any(n.startswith(start) for n in unused)]
+    if has and any(n.startswith(tuple(heads.values())) for n in missing):
+        return f"it holds a model for {has[0]}, not this one"
+    if any(n.startswith("bert/") for n in missing):
+        return ("it was written with another bert_config.json (e.g. more num_hidden_layers "
+                "there); pass the bert_config.json saved with it")
+    return "it was written by another kind of run or an older bert_tf"
 
 
 def init_from_checkpoint(init_checkpoint, variables_by_name) -> RestoreReport:

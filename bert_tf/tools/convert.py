@@ -2,11 +2,11 @@ r"""Convert BERT weights between Hugging Face and Google-named TensorFlow checkp
 
     python -m bert_tf convert hf_to_tf --hf_dir=DIR --output_dir=OUT
         DIR has config.json and model.safetensors (BertModel or BertForPreTraining keys).
-        OUT gets model.ckpt-0 (+ `checkpoint` file), bert_config.json and, if DIR has one,
-        vocab.txt. Heads absent from DIR are freshly initialised.
+        OUT (new or empty) gets model.ckpt-0 (+ `checkpoint` file), bert_config.json and, if
+        DIR has one, vocab.txt. Heads absent from DIR are freshly initialised.
     python -m bert_tf convert tf_to_hf --checkpoint=CKPT --output_dir=OUT
-        CKPT is a prefix or directory (ours or Google's bert_model.ckpt); OUT gets
-        config.json and model.safetensors for transformers.BertForPreTraining.
+        CKPT is a prefix or directory (ours or Google's bert_model.ckpt); OUT (new or empty)
+        gets config.json and model.safetensors for transformers.BertForPreTraining.
 
 The sub-command comes first, then its --flags. The conversions are bert_tf.model.convert.
 """
@@ -17,6 +17,8 @@ import sys
 from absl import flags
 
 import bert_tf
+from bert_tf.data.files import OutputDirError
+from bert_tf.data.output_dir import check_new_output_dir
 from bert_tf.model.checkpoints import CheckpointError
 from bert_tf.model.config import BertConfigError
 from bert_tf.model.convert import ConversionError, ConversionReport, hf_to_tf, tf_to_hf
@@ -88,6 +90,7 @@ def config_from_argv(argv: list[str]) -> ConvertConfig:
 
 
 def convert(config: ConvertConfig) -> ConversionReport:
+    check_new_output_dir(config.output_dir, "output_dir", "the converted model")
     if config.command == "hf_to_tf":
         return hf_to_tf(config.hf_dir, config.output_dir)
     return tf_to_hf(config.checkpoint, config.output_dir, config.bert_config_file)
@@ -117,7 +120,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         report = convert(config)
-    except (ConversionError, CheckpointError, BertConfigError) as e:
+    except (ConversionError, CheckpointError, BertConfigError, OutputDirError) as e:
         print(f"convert: error: {e}", file=sys.stderr)
         return 1
     print_report(report, config.output_dir)

@@ -19,6 +19,7 @@ the model's error against NVIDIA's published tables is bench/estimate_vs_publish
 
 import dataclasses
 import json
+import math
 
 from absl import flags
 
@@ -50,6 +51,9 @@ def throughput_from_metrics(path, num_devices=None, skip_first=1):
             lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     except FileNotFoundError:
         raise EstimateError(f"--metrics_file={path}: file not found") from None
+    except IsADirectoryError:
+        raise EstimateError(f"--metrics_file={path} is a directory; pass the metrics.jsonl in "
+                            "it") from None
     for line_number, line in lines:
         try:
             record = json.loads(line)
@@ -220,8 +224,8 @@ def number_of_sequences(config: EstimateConfig):
             raise EstimateError("--num_train_steps needs --global_batch_size")
         sequences = float(config.num_train_steps) * config.global_batch_size
         how = f"{config.num_train_steps} steps x {config.global_batch_size} sequences"
-    if sequences <= 0:
-        raise EstimateError(f"the number of sequences must be positive ({how})")
+    if not 0 < sequences < math.inf:  # also refuses nan
+        raise EstimateError(f"the number of sequences must be positive and finite ({how})")
     return sequences, how
 
 

@@ -26,7 +26,13 @@ def load_model(bert_config_file: str, init_checkpoint: str) -> BertForPreTrainin
     """The pretraining model with weights from a checkpoint (prefix or directory);
     every variable, the masked-LM head included, must be in the checkpoint."""
     model = BertForPreTraining(BertConfig.from_json_file(bert_config_file))
-    checkpoints.restore(init_checkpoint, variables_by_name(model), require_all=True)
+    try:
+        checkpoints.restore(init_checkpoint, variables_by_name(model), require_all=True)
+    except checkpoints.CheckpointMismatchError as e:
+        raise checkpoints.CheckpointMismatchError(
+            f"--init_checkpoint={init_checkpoint}: {e}. predict needs a pretraining checkpoint "
+            "(run_pretraining's --output_dir, or Google's bert_model.ckpt) and the "
+            "--bert_config_file it was written with") from None
     return model
 
 
@@ -92,6 +98,9 @@ def define_flags() -> None:
 def run(config: PredictConfig) -> int:
     """Prints the predictions for each text; returns the exit status."""
     tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+    if not 1 <= config.top_k <= tokenizer.vocab_size:
+        raise ValueError(f"--top_k={config.top_k} must be between 1 and the {tokenizer.vocab_size} "
+                         f"tokens of --vocab_file={config.vocab_file}")
     model = load_model(config.bert_config_file, config.init_checkpoint)
     for text in config.text:
         predictions = predict_masked(model, tokenizer, text, config.top_k)

@@ -2,19 +2,18 @@
 
 `StopSignals` turns SIGTERM/SIGINT (a scheduler's or spot instance's notice, Ctrl-C) into a
 request the loop reads once per update, so the update in flight finishes and a checkpoint is
-written. `OutputDirLock` keeps two runs out of one --output_dir; `claimed_output_dir` creates
-the directory, holds the lock and removes the directory again if a failed run created it and
+written. `claimed_output_dir` creates
+the directory, holds its lock (bert_tf.data.output_dir.OutputDirLock) and removes the directory again if a failed run created it and
 left it empty.
 """
 
 import contextlib
 import os
 import signal
-import socket
 
-from bert_tf.train.report import OutputDirError, check_writable
+from bert_tf.data.output_dir import LOCK_FILE, OutputDirLock  # noqa: F401 (re-exported)
+from bert_tf.train.report import check_writable
 
-LOCK_FILE = ".bert_tf.lock"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -40,69 +39,6 @@ class StopSignals:
         if self.received is not None:
             raise SystemExit(128 + signum)
         self.received = signal.Signals(signum).name
-
-
-class OutputDirLock:
-    """A lock file in `directory` naming this host and PID; taken over when its holder is a
-    dead process on this host. `notes` collects what happened, for the run's log."""
-
-    def __init__(self, directory: str):
-        self.path = os.path.join(directory, LOCK_FILE)
-        self.notes = []
-        self._held = False
-
-    def __enter__(self):
-        holder = f"{socket.gethostname()} {os.getpid()}"
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            self._take_over_if_stale(holder)
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(holder + "\n")
-        self._held = True
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._held:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self.path)
-            self._held = False
-
-    def _take_over_if_stale(self, holder: str) -> None:
-        host, pid = _read_holder(self.path)
-        if host != socket.gethostname() or pid is None or _alive(pid):
-            raise OutputDirError(
-                f"--output_dir={os.path.dirname(self.path)} is in use by another run (process "
-                f"{pid} on host {host}, lock file {self.path}); wait for it to end or choose "
-                "another --output_dir. If that process is gone (e.g. on another host), delete "
-                "the lock file")
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(holder + "\n")
-        os.replace(tmp, self.path)
-        self.notes.append(f"took over the stale lock {self.path} of process {pid} on this "
-                          "host, which is no longer running")
-
-
-def _read_holder(path: str) -> tuple:
-    """(host, pid) from a lock file; pid None if unreadable."""
-    try:
-        with open(path) as f:
-            host, pid = f.read().split()
-        return host, int(pid)
-    except (OSError, ValueError):
-        return "unknown", None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 @contextlib.contextmanager

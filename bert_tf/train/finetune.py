@@ -95,7 +95,7 @@ def run(config: FinetuningConfig) -> dict:
     distributed.init()
     distributed.pin_gpu_to_local_rank()
     with loop.claimed_output_dir(config.output_dir) as report:
-        bert_config = loop.load_bert_config(config.bert_config_file)
+        bert_config = loop.load_bert_config(config.bert_config_file, config.max_seq_length)
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
         loop._enable_amp(config, report)
         data = load_task_data(config, tokenizer, report)

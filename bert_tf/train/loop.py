@@ -48,7 +48,7 @@ from bert_tf.model.modeling import (
     metrics_from_sums,
     pretraining_loss,
 )
-from bert_tf.train import distributed, faults, precision
+from bert_tf.train import distributed, faults, precision, run_data
 from bert_tf.train import state as train_state
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 from bert_tf.train.report import OutputDirError, Reporter
@@ -115,7 +115,7 @@ def run(config: PretrainingConfig) -> dict:
             config, num_accumulation_steps=config.accumulation_steps_for(distributed.size()))
     # Elastic: no collective before the state's first sync, which also broadcasts the weights.
     with claimed_output_dir(config.output_dir, check_shared=not config.elastic) as report:
-        bert_config = load_bert_config(config.bert_config_file)
+        bert_config = load_bert_config(config.bert_config_file, config.max_seq_length)
         _enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
         train_files = validated_files(config, "input_files", bert_config) if config.do_train else []
@@ -248,9 +248,14 @@ def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: Loo
     step = state.step
     last = step == config.num_train_steps
     if finite and (step % config.log_every_n_steps == 0 or last):
-        report.metrics({"step": step, **plan.log_fields(step),
-                        **{k: outcome.metrics[k] for k in plan.logged_metrics},
-                        **outcome.meter.interval(), "num_ranks": distributed.size()})
+        try:
+            report.metrics({"step": step, **plan.log_fields(step),
+                            **{k: outcome.metrics[k] for k in plan.logged_metrics},
+                            **outcome.meter.interval(), "num_ranks": distributed.size()})
+        except OutputDirError as e:  # e.g. a full disk: keep the updates made so far
+            save(state, config, report, plan.keep_checkpoint_max)
+            raise TrainingError(f"{e}; the updates so far are saved: free the disk (or fix "
+                                "--output_dir) and rerun the same command to resume") from None
     if finite:
         plan.after_step(step)
     if finite and (step % plan.save_every_n_steps == 0 or last) or outcome.stopped_by:
@@ -477,6 +482,7 @@ def resume_or_initialise(state, config, report: Reporter, initialise,
                        f"checkpoint write: {', '.join(os.path.basename(p) for p in removed)}")
         latest = _restore_newest_readable(state, config, report)
         if latest:
+            run_data.check(latest, config)
             _check_run_layout(state, latest, config, report)
             report.log(f"resumed from {latest} (step {state.step}, "
                        f"input position {int(state.input_position.numpy())})")
@@ -504,6 +510,11 @@ def _restore_newest_readable(state, config, report: Reporter):
             report.log(f"warning: {e}")
             corrupt.append(prefix)
             continue
+        except checkpoints.CheckpointMismatchError as e:
+            raise checkpoints.CheckpointMismatchError(
+                f"--output_dir={config.output_dir} holds another run's checkpoint, which this "
+                f"run cannot resume: {e}. To start from its weights, choose a new --output_dir "
+                f"and pass --init_checkpoint={prefix}") from None
         for bad in corrupt:
             checkpoints.set_aside(bad)
             report.log(f"warning: renamed the corrupt checkpoint {bad} to "
@@ -557,7 +568,8 @@ def save(state, config, report: Reporter, keep_max: int | None) -> None:
     """Rank 0 writes the state (and the run layout) to --output_dir, keeping `keep_max`."""
     if report.enabled:
         tensors = {**state.checkpoint_variables(),
-                   RUN_LAYOUT: tf.constant(_run_layout(config), tf.int64)}
+                   RUN_LAYOUT: tf.constant(_run_layout(config), tf.int64),
+                   run_data.RUN_DATA: run_data.tensor(config)}
         prefix = checkpoints.save_checkpoint(tensors, config.output_dir, state.step,
                                              keep_max=keep_max)
         report.log(f"saved {prefix}")
@@ -573,10 +585,18 @@ def _enable_amp(config: PretrainingConfig, report: Reporter) -> None:
                    "bypasses Grappler): that part runs in float32")
 
 
-def load_bert_config(path: str) -> BertConfig:
+def load_bert_config(path: str, max_seq_length: int) -> BertConfig:
+    """--bert_config_file, checked to have a position for each of --max_seq_length tokens."""
     if not tf.io.gfile.exists(path):
         raise TrainingError(f"--bert_config_file={path} does not exist")
-    return BertConfig.from_json_file(path)
+    bert_config = BertConfig.from_json_file(path)
+    if max_seq_length > bert_config.max_position_embeddings:
+        raise TrainingError(
+            f"--max_seq_length={max_seq_length} is longer than the model's "
+            f"max_position_embeddings={bert_config.max_position_embeddings} in "
+            f"--bert_config_file={path}; use --max_seq_length={bert_config.max_position_embeddings}"
+            " or less")
+    return bert_config
 
 
 def load_dynamic_masking(config: PretrainingConfig,

@@ -5,6 +5,7 @@ it is. Use it as a context manager: the metrics file and the TensorBoard writer 
 every exit path, errors included.
 """
 
+import contextlib
 import json
 import os
 
@@ -56,16 +57,27 @@ class Reporter:
             return
         self.close()  # an elastic run starts again after each world-size change
         path = os.path.join(self.output_dir, "metrics.jsonl")
-        _drop_metrics_after(path, start_step)
-        self._metrics_file = open(path, "a")  # closed by close()
+        try:
+            _drop_metrics_after(path, start_step)
+            self._metrics_file = open(path, "a")  # closed by close()
+        except OSError as e:
+            raise OutputDirError(f"cannot write {path} ({e.strerror}); make it writable "
+                                 "(or move it away) and rerun") from None
         self._writer = tf.summary.create_file_writer(self.output_dir)
 
     def metrics(self, record: dict) -> None:
         """One metrics record: a JSON line, TensorBoard scalars and a line on stdout."""
         if not self.enabled:
             return
-        self._metrics_file.write(json.dumps(record) + "\n")
-        self._metrics_file.flush()
+        try:
+            self._metrics_file.write(json.dumps(record) + "\n")
+            self._metrics_file.flush()
+        except OSError as e:
+            path, metrics_file, self._metrics_file = self._metrics_file.name, self._metrics_file, None
+            with contextlib.suppress(OSError):  # its close flushes the same bytes again
+                metrics_file.close()
+            raise OutputDirError(f"cannot write {path} at step {record['step']} "
+                                 f"({e.strerror})") from None
         with self._writer.as_default(step=record["step"]):
             for key, value in record.items():
                 if key not in NOT_PLOTTED:
