@@ -25,6 +25,7 @@ from absl import flags
 from tqdm import tqdm
 
 import bert_tf
+from bert_tf import devices
 from bert_tf.analysis import plots, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
 from bert_tf.data.tokenization import FullTokenizer, VocabError
@@ -511,6 +512,7 @@ def define_flags():
 
 def run(args: AnalysisArgs) -> int:
     """Runs the analysis and says where the report went; returns the exit status."""
+    devices.use_one_gpu()
     report = analyse(args)
     print(f"analysed {report.get('num_segments', 0)} segments; report in {args.output_dir}")
     return 0

@@ -87,7 +87,7 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
 
 def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predictions_per_seq,
                         is_training=True, rank=0, num_ranks=1, seed=12345, dynamic_masking=None,
-                        skip_batches=0):
+                        skip_batches=0, batches_per_update=1):
     """Batches of pretraining features, [B,S]/[B,P] int32 (masked_lm_weights float32) and
     next_sentence_labels [B]; drop_remainder=True.
 
@@ -97,6 +97,10 @@ def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predicti
     raw records before they are parsed (much cheaper than skipping parsed batches, though still
     a read of the skipped data). Eval: one pass, in order. The files are read as they are:
     check them first with records.validate_records.
+
+    `batches_per_update` (the micro-batches of one optimizer update): that many are made ahead,
+    while the update before computes, so that an update that takes all its micro-batches
+    before its first forward pass (their totals normalise its loss) finds them ready.
     """
     files = expand_patterns(input_patterns)
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
@@ -130,4 +134,5 @@ def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predicti
                 batch, dynamic_masking, max_predictions_per_seq,
                 tf.stack([tf.constant(seed * 1009 + rank, tf.int64), index])),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    ahead = batches_per_update if batches_per_update > 1 else tf.data.AUTOTUNE
+    return dataset.with_options(options).prefetch(ahead)

@@ -17,6 +17,7 @@ import sys
 from absl import flags
 
 import bert_tf
+from bert_tf import devices
 from bert_tf.model.checkpoints import CheckpointError
 from bert_tf.model.config import BertConfigError
 from bert_tf.model.convert import ConversionError, ConversionReport, hf_to_tf, tf_to_hf
@@ -115,6 +116,7 @@ def main(argv: list[str]) -> int:
     except ConvertUsageError as e:
         print(f"convert: error: {e} (python -m bert_tf convert --help)", file=sys.stderr)
         return 2
+    devices.use_one_gpu()
     try:
         report = convert(config)
     except (ConversionError, CheckpointError, BertConfigError) as e:

@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import flags
 
 import bert_tf
+from bert_tf import devices
 from bert_tf.data.tokenization import FullTokenizer, VocabError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
@@ -91,6 +92,7 @@ def define_flags() -> None:
 
 def run(config: PredictConfig) -> int:
     """Prints the predictions for each text; returns the exit status."""
+    devices.use_one_gpu()
     tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
     model = load_model(config.bert_config_file, config.init_checkpoint)
     for text in config.text:

@@ -18,6 +18,7 @@ import tensorflow as tf
 from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
+from bert_tf import devices
 from bert_tf.train.report import OutputDirError
 
 # Set before hvd.init(): Horovod reads them then. A collective whose peers
@@ -43,13 +44,10 @@ def build_info() -> dict:
             "NCCL": bool(hvd.nccl_built())}
 
 
-def pin_gpu_to_local_rank() -> None:
-    """One GPU per process (the usual Horovod layout); nothing on a CPU machine."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        gpu = gpus[hvd.local_rank() % len(gpus)]
-        tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.set_visible_devices(gpu, "GPU")
+def pin_gpu_to_local_rank(deterministic: bool = False) -> None:
+    """One GPU per process, the local rank's (the usual Horovod layout); nothing on a CPU
+    machine. Before any TensorFlow op (bert_tf.devices, which says what `deterministic` does)."""
+    devices.use_one_gpu(hvd.local_rank(), deterministic)
 
 
 def rank() -> int:
