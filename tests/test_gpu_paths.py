@@ -79,7 +79,7 @@ ENTRY_POINTS = {
                        "--vocab_file=/missing/vocab.txt", "--output_dir={out}", "--do_train"],
 }
 
-# Runs an entry point (a module or a script) with bert_tf.devices.use_one_gpu wrapped to
+# Runs an entry point (a module or a script) with bert_tf.model.devices.use_one_gpu wrapped to
 # record, per call, whether TensorFlow's runtime had started and whether op determinism was on
 # after it.
 SPY = textwrap.dedent("""
@@ -87,7 +87,7 @@ SPY = textwrap.dedent("""
     import bert_tf
     bert_tf.use_onednn_by_default()
     from tensorflow.python.framework import config
-    from bert_tf import devices
+    from bert_tf.model import devices
     real = devices.use_one_gpu
     def recorded(*args, **kwargs):
         started = devices.runtime_initialized()
@@ -158,7 +158,7 @@ def test_gpu_cpus_are_read_from_the_gpus_pci_device(tmp_path):
         (tmp_path / address).mkdir()
         (tmp_path / address / "local_cpulist").write_text(cpus + "\n")
     (tmp_path / "module").mkdir()  # other entries of the driver's directory
-    from bert_tf import devices
+    from bert_tf.model import devices
 
     assert devices.gpu_cpus(0, str(tmp_path)) == set(range(0, 20)) | set(range(40, 60))
     assert devices.gpu_cpus(1, str(tmp_path)) == set(range(20, 40)) | set(range(60, 80))

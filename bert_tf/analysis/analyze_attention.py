@@ -25,11 +25,10 @@ from absl import flags
 from tqdm import tqdm
 
 import bert_tf
-from bert_tf import devices
 from bert_tf.analysis import plots, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
 from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import checkpoints, modeling
+from bert_tf.model import checkpoints, devices, modeling
 from bert_tf.model.config import BertConfig, BertConfigError
 
 MASKED_LM_FRACTION = 0.15  # of each segment's word pieces, masked for the gradient

@@ -406,12 +406,12 @@ def mpi_comm():
 def _single_threaded_cpu_tensorflow():
     """Worker processes already fill the cores; TF's own thread pools would oversubscribe them.
     They compute on the CPU: on a GPU node each would otherwise create a context on every GPU,
-    and TensorFlow reserve most of their memory."""
+    and TensorFlow reserve most of their memory. Before the worker's first op: CUDA reads the
+    variable when TensorFlow initialises it."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import tensorflow as tf
 
-    from bert_tf import devices
-
-    devices.hide_gpus()
+    tf.config.set_visible_devices([], "GPU")
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 

@@ -17,7 +17,7 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf import devices
+from bert_tf.model import devices
 from bert_tf.model.checkpoints import CheckpointError
 from bert_tf.model.config import BertConfigError
 from bert_tf.model.convert import ConversionError, ConversionReport, hf_to_tf, tf_to_hf

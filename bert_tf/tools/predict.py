@@ -14,9 +14,8 @@ import tensorflow as tf
 from absl import flags
 
 import bert_tf
-from bert_tf import devices
 from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import checkpoints
+from bert_tf.model import checkpoints, devices
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
-from bert_tf import devices
+from bert_tf.model import devices
 from bert_tf.train.report import OutputDirError
 
 # Set before hvd.init(): Horovod reads them then. A collective whose peers
@@ -46,7 +46,7 @@ def build_info() -> dict:
 
 def pin_gpu_to_local_rank(deterministic: bool = False) -> None:
     """One GPU per process, the local rank's (the usual Horovod layout); nothing on a CPU
-    machine. Before any TensorFlow op (bert_tf.devices, which says what `deterministic` does)."""
+    machine. Before any TensorFlow op (model/devices.py, which says what `deterministic` does)."""
     devices.use_one_gpu(hvd.local_rank(), deterministic)
 
 

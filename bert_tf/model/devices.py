@@ -5,8 +5,8 @@ growth on, so that it neither creates a CUDA context on every GPU of the node no
 their memory up front (TensorFlow's default). Both can only be set before TensorFlow
 initialises its runtime (the first op, or a list of logical devices): TensorFlow raises a
 RuntimeError when they change later, so every entry point calls `use_one_gpu` first (tests/
-test_gpu_paths.py checks each). Processes that need no GPU at all (the data-creation workers,
-checkpoint conversion) call `hide_gpus` instead.
+test_gpu_paths.py checks each). The data-creation workers, which need no GPU, hide them
+(bert_tf/data/pretraining_data.py).
 
 The process's CPU threads (input pipeline, Horovod, host-side ops) are bound to the cores of its
 GPU's NUMA node, as NVIDIA's TF2 BERT does (run_pretraining.py line 197, gpu_affinity.py: NVML's
@@ -85,10 +85,3 @@ def gpu_cpus(index: int, pci_devices: str = NVIDIA_PCI_DEVICES) -> set[int] | No
         cpus.update(range(int(first), int(last or first) + 1))
     return cpus
 
-
-def hide_gpus() -> None:
-    """For processes that compute on the CPU only: CUDA sees no GPU in this process (set before
-    its first TensorFlow op, so no context is created and no GPU memory reserved)."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    if not runtime_initialized():
-        tf.config.set_visible_devices([], "GPU")
