@@ -124,10 +124,20 @@ def check_shared_output_dir(output_dir: str) -> None:
 
 def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
     """Sums a list of tensors over ranks in one grouped (fused) allreduce."""
+    return _grouped_allreduce(tensors, hvd.Sum, fp16_compression)
+
+
+def allreduce_mean(tensors, fp16_compression: bool = False) -> list:
+    """Averages a list of tensors over ranks in one grouped allreduce (Horovod divides after
+    summing, so values compressed to float16 keep each rank's magnitude)."""
+    return _grouped_allreduce(tensors, hvd.Average, fp16_compression)
+
+
+def _grouped_allreduce(tensors, op, fp16_compression: bool) -> list:
     if hvd.size() == 1:
         return list(tensors)
     compression = hvd.Compression.fp16 if fp16_compression else hvd.Compression.none
-    return hvd.grouped_allreduce(list(tensors), op=hvd.Sum, compression=compression)
+    return hvd.grouped_allreduce(list(tensors), op=op, compression=compression)
 
 
 def broadcast_variables(variables, root_rank: int = 0) -> None:

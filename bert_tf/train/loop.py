@@ -6,9 +6,9 @@ One optimizer update = `num_accumulation_steps` micro-batches on every rank
     mlm_loss_sum / (total_mask_weight / K) + nsp_loss_sum / (total_examples / K)
 
 (totals over all micro-batches of the update on all ranks) into local
-accumulators; then, divided by K and the loss scale, ONE allreduce sums them,
-so 2 ranks x batch b, 1 rank x batch 2b and 2 micro-batches of b all take the
-same update. The totals come from the data (mask weights), before the forward
+accumulators; then, divided by the rank's micro-batches and the loss scale,
+ONE allreduce averages them over ranks, so 2 ranks x batch b, 1 rank x batch
+2b and 2 micro-batches of b all take the same update. The totals come from the data (mask weights), before the forward
 pass, by a scalar allreduce. After the gradient allreduce: check finiteness
 (every rank sees the same sums, so every rank decides the same), clip to
 global norm 1.0, step; a non-finite update is skipped and lowers the loss

@@ -4,8 +4,8 @@ A `TrainState` holds a model, its optimizer, the loss scale, the step and the in
 (everything a checkpoint holds) and performs one optimizer update from a list of micro-batches:
 
     totals (allreduced)  ->  per micro-batch: forward/backward (XLA with --use_xla),
-    accumulate  ->  unscale  ->  ONE gradient allreduce (+ one of the metric sums and the
-    stop flag)  ->  finiteness, clip  ->  step
+    accumulate  ->  unscale  ->  ONE gradient allreduce (mean; + one of the metric sums and
+    the stop flag)  ->  finiteness, clip  ->  step
 
 A task supplies three things by subclassing: `loss_sums` (the per-batch sums named by
 `metric_names`, from which losses and accuracies follow), `objective` (the sums made into a
@@ -20,10 +20,11 @@ backward pass differentiates a mean loss times the loss scale, as NVIDIA's TF2 B
 (official/modeling/model_training_utils.py scales each micro-batch's mean loss and divides by
 the accumulation count after the allreduce). Dividing by the whole update's totals instead made
 every half-precision gradient K times smaller (1,024x for BERT-large phase 1 on 8 GPUs),
-pushing them into float16's subnormals. The sum of the K micro-batch gradients is then divided
-by K and by the loss scale before the allreduce, which gives the same gradient as normalising
-by the totals (exactly, for K a power of two), and lets --fp16_allreduce compress unscaled
-gradients (NVIDIA's order) rather than scaled ones that can pass float16's 65504.
+pushing them into float16's subnormals. Each rank's sum of its micro-batch gradients is then
+divided by its micro-batches and the loss scale, and the allreduce averages over ranks: the
+same gradient as normalising by the totals (exactly, for powers of two), and --fp16_allreduce
+compresses unscaled gradients (NVIDIA's order) rather than scaled ones that can pass float16's
+65504.
 
 A stop request (a preemption signal, faults.StopSignals) rides as one more element in the
 allreduce of the metric sums, so every rank learns in the same update that some rank was asked
@@ -162,12 +163,12 @@ class TrainState(tf.Module):
         `stop_requested` is true on every rank when `stop_requested` was on any."""
         config = self.config
         loss_scale = self.loss_scale.scale.read_value()
-        # Unscaled before the allreduce, so that --fp16_allreduce compresses gradients of the
-        # magnitude the update applies. A non-finite local gradient stays non-finite in the sum,
-        # so every rank still skips the same update.
-        divisor = loss_scale * float(self.micro_batches_per_update())
+        # Unscaled before the allreduce and averaged over ranks by it, as NVIDIA's TF2 BERT does,
+        # so that --fp16_allreduce compresses each rank's mean gradient. A non-finite local
+        # gradient stays non-finite in the average, so every rank skips the same update.
+        divisor = loss_scale * float(config.num_accumulation_steps)
         grads = [g / divisor for g in grads]
-        grads = distributed.allreduce_sum(grads, fp16_compression=config.fp16_allreduce)
+        grads = distributed.allreduce_mean(grads, fp16_compression=config.fp16_allreduce)
         (sums_and_stops,) = distributed.allreduce_sum(
             [tf.concat([metric_sums, [tf.cast(stop_requested, tf.float32)]], axis=0)])
         metric_sums, stop_requests = sums_and_stops[:-1], sums_and_stops[-1]
