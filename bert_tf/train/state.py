@@ -191,6 +191,8 @@ class TrainState(tf.Module):
         `stop_requested()` is asked after the forward/backward passes, so a signal that arrives
         during them stops the run after this update."""
         batches = iter(batches)
+        # All before the first forward pass (their totals normalise each micro-batch's loss);
+        # the training pipeline makes them one update ahead (input_pipeline batches_per_update).
         micro_batches = [next(batches) for _ in range(self.config.num_accumulation_steps)]
         (totals,) = distributed.allreduce_sum([self.local_totals(micro_batches)])
         totals /= float(self.micro_batches_per_update())
