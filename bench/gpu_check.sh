@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# GPU check (under 8 minutes): BERT-large phase 1 (seq 128, 20 masked positions)
-# training updates through bert_tf's own update step, XLA on, at fp16 and bf16,
-# on one NVIDIA GPU without internet. Prints sequences/s, the ratio to NVIDIA's
-# published 485.6 sequences/s per A100-80GB (TF2, AMP, batch 312, DeepLearningExamples),
-# and MFU against both the GPU matmul peak measured here and the nominal dense
-# tensor-core peak of known GPUs.
+# GPU check (under 10 minutes), on one NVIDIA GPU without internet:
+# 1. BERT-large and BERT-base phase 1 (seq 128, 20 masked positions) training updates through
+#    bert_tf's own update step at fp16 + XLA, fp32 + XLA and fp32 without XLA: sequences/s per
+#    GPU next to NVIDIA's published TF2 figures for the GPU class where there are some
+#    (DeepLearningExamples TensorFlow2/LanguageModeling/BERT/README.md, "Pre-training training
+#    performance", 1 GPU, BERT-large only: A100-80GB 485.59 mixed precision at batch 312 and
+#    282.98 TF32 at 176; V100-32GB 206.5 at 60 and 49.97 FP32 at 32), and MFU against the GPU
+#    matmul peak measured here and the nominal dense tensor-core peak of known GPUs;
+# 2. a short fp16 run that must track an fp32 run's loss (bench/fp16_tracks_fp32.py: BERT-base,
+#    4 micro-batches per update, the same weights and data); the check fails if it does not.
+# Runs left when the 9-minute budget is spent are reported as not run (and fail the check).
 #
-#   bash bench/gpu_check.sh                      # GPU: large, batch 312, fp16 + bf16
-#   BATCH=256 PRECISIONS=bf16 bash bench/gpu_check.sh
+#   bash bench/gpu_check.sh                      # GPU: the runs above
+#   BATCH=256 FP32_BATCH=128 bash bench/gpu_check.sh
 #   bash bench/gpu_check.sh --cpu                # no GPU: tiny config on CPU, proves the script
 #
 # Without internet it installs from carried wheels when TensorFlow, Horovod or
@@ -21,12 +26,11 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WHEELS="${BERT_TF_WHEELS:-$REPO/wheels}"
-NVIDIA_A100_SEQ_PER_S=485.6
 MODE=gpu
 if [[ "${1:-}" == "--cpu" ]]; then
   MODE=cpu
 elif [[ -n "${1:-}" ]]; then
-  echo "gpu_check: unknown argument '$1' (only --cpu; set BATCH, PRECISIONS, STEPS in the env)" >&2
+  echo "gpu_check: unknown argument '$1' (only --cpu; set BATCH, FP32_BATCH, STEPS in the env)" >&2
   exit 2
 fi
 
@@ -36,13 +40,21 @@ if [[ "$MODE" == gpu ]]; then
     exit 1
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  SHAPE=large BATCH="${BATCH:-312}" PRECISIONS="${PRECISIONS:-fp16 bf16}"
-  WARMUP=3 REPEATS=5 STEPS="${STEPS:-4}" PEAK_DTYPES=float16,bfloat16 PEAK_SIZE=8192
-  RUN_TIMEOUT=200  # per precision: two of them plus set-up stay under 8 minutes
+  # "shape precision xla batch"; fp32 takes NVIDIA's smaller A100 batch (312 does not fit).
+  BATCH="${BATCH:-312}" FP32_BATCH="${FP32_BATCH:-176}"
+  RUNS=("large fp16 xla $BATCH" "large fp32 xla $FP32_BATCH" "large fp32 noxla $FP32_BATCH"
+        "base fp16 xla $BATCH" "base fp32 xla $FP32_BATCH" "base fp32 noxla $FP32_BATCH")
+  WARMUP=2 REPEATS=3 STEPS="${STEPS:-3}" PEAK_DTYPES=float16,float32 PEAK_SIZE=8192
+  RUN_TIMEOUT=100  # each
+  TRACK=(--shape base --batch_size 32 --accumulation 4 --updates 30 --xla)
+  BUDGET=540  # seconds after which no run starts: the script ends within 10 minutes
 else
-  SHAPE=tiny BATCH="${BATCH:-2}" PRECISIONS="${PRECISIONS:-bf16}"
+  RUNS=("tiny bf16 xla ${BATCH:-2}")
   WARMUP=1 REPEATS=1 STEPS="${STEPS:-1}" PEAK_DTYPES=float32,bfloat16 PEAK_SIZE=256
   RUN_TIMEOUT=900  # a busy shared CPU can take minutes just to start TensorFlow
+  TRACK=(--shape tiny --batch_size 2 --accumulation 2 --updates 2 --seq_length 64
+         --masked_positions 10)
+  BUDGET=3000
 fi
 
 PYTHON="${PYTHON:-}"
@@ -75,30 +87,59 @@ COMPARE=("$PYTHON" "$REPO/bench/compare_train.py")
 THREADS="$(nproc)"
 "${COMPARE[@]}" --child peaks --threads "$THREADS" --peak_dtypes "$PEAK_DTYPES" \
   --peak_size "$PEAK_SIZE" --steps_per_repeat 10 > "$LOG/peaks"
-read -r -a PRECISION_LIST <<< "$PRECISIONS"
-for precision in "${PRECISION_LIST[@]}"; do
-  echo "gpu_check: BERT-$SHAPE seq 128, batch $BATCH, $precision + XLA ..."
-  # A failed precision (say OOM) is reported and the next one still runs.
-  timeout "$RUN_TIMEOUT" "${COMPARE[@]}" --child ours --shape "$SHAPE" --batch_size "$BATCH" \
-    --precision "$precision" --xla --optimizer lamb --threads "$THREADS" --warmup "$WARMUP" \
-    --repeats "$REPEATS" --steps_per_repeat "$STEPS" > "$LOG/$precision" 2> "$LOG/$precision.err" \
-    || { echo "gpu_check: $precision failed (exit $?):" >&2; tail -15 "$LOG/$precision.err" >&2; }
+remaining() { echo $((BUDGET - SECONDS)); }
+for run in "${RUNS[@]}"; do
+  read -r shape precision xla batch <<< "$run"
+  name="$shape-$precision-$xla"
+  if (( $(remaining) < 30 )); then
+    echo "gpu_check: $name not run: the ${BUDGET}s budget is spent" >&2
+    continue
+  fi
+  echo "gpu_check: BERT-$shape seq 128, batch $batch, $precision, $xla ..."
+  xla_flag=()
+  [[ "$xla" == xla ]] && xla_flag=(--xla)
+  limit=$(( RUN_TIMEOUT < $(remaining) ? RUN_TIMEOUT : $(remaining) ))
+  # A failed run (say OOM) is reported and the next one still runs.
+  timeout "$limit" "${COMPARE[@]}" --child ours --shape "$shape" --batch_size "$batch" \
+    --precision "$precision" "${xla_flag[@]}" --optimizer lamb --threads "$THREADS" \
+    --warmup "$WARMUP" --repeats "$REPEATS" --steps_per_repeat "$STEPS" \
+    > "$LOG/$name" 2> "$LOG/$name.err" \
+    || { echo "gpu_check: $name failed (exit $?):" >&2; tail -15 "$LOG/$name.err" >&2; }
 done
+TRACKED=0
+if (( $(remaining) >= 60 )); then
+  echo "gpu_check: fp16 against fp32: ${TRACK[*]} ..."
+  if timeout "$(remaining)" "$PYTHON" "$REPO/bench/fp16_tracks_fp32.py" "${TRACK[@]}" \
+      > "$LOG/track" 2> "$LOG/track.err"; then
+    TRACKED=1
+  else
+    echo "gpu_check: fp16_tracks_fp32 failed (exit $?):" >&2
+    tail -15 "$LOG/track.err" >&2
+  fi
+  grep -E "^(update|fp16 tracks)" "$LOG/track" || true
+else
+  echo "gpu_check: fp16_tracks_fp32 not run: the ${BUDGET}s budget is spent" >&2
+fi
 
-"$PYTHON" - "$LOG" "$NVIDIA_A100_SEQ_PER_S" "${PRECISION_LIST[@]}" <<'EOF'
+"$PYTHON" - "$LOG" "$TRACKED" "${RUNS[@]}" <<'EOF'
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-log, reference, precisions = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+log, tracked, runs = Path(sys.argv[1]), sys.argv[2] == "1", sys.argv[3:]
 MARK = "BENCH_JSON "
 # Dense tensor-core peaks (FLOP/s, fp16 = bf16) from the vendor data sheets.
 NOMINAL = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "L4": 121e12, "A10": 125e12}
+# NVIDIA's TF2 BERT-large phase 1 on 1 GPU: (sequences/s, batch), README cited above.
+PUBLISHED = {"A100": {"fp16": (485.59, 312), "fp32": (282.98, 176)},
+             "V100": {"fp16": (206.5, 60), "fp32": (49.97, 32)}}
 
 
 def record(name):
-    lines = [s for s in (log / name).read_text().splitlines() if s.startswith(MARK)]
+    path = log / name
+    lines = [s for s in path.read_text().splitlines() if s.startswith(MARK)] \
+        if path.exists() else []
     return json.loads(lines[-1][len(MARK):]) if lines else None
 
 
@@ -109,6 +150,7 @@ try:
 except (OSError, IndexError):
     gpu = "no GPU (CPU fallback)"
 nominal = next((v for k, v in NOMINAL.items() if k in gpu), None)
+published = next((v for k, v in PUBLISHED.items() if k in gpu), None)
 
 
 def rate(flops_per_s):
@@ -116,22 +158,34 @@ def rate(flops_per_s):
         f"{flops_per_s / 1e9:.1f} GFLOP/s")
 
 
+def reference(shape, precision):
+    if shape != "large":
+        return f"NVIDIA publishes no TF2 BERT-{shape} pretraining figure"
+    if not published:
+        return "no NVIDIA TF2 figure for this GPU; A100-80GB: 485.59 fp16, 282.98 TF32"
+    figure, batch = published["fp32" if precision == "fp32" else "fp16"]
+    return f"NVIDIA {figure} at batch {batch}"
+
+
 print(f"\n{gpu}: measured matmul peak " + ", ".join(f"{k} {rate(v)}" for k, v in peaks.items()))
 missing = []
-for precision in precisions:
-    r = (log / precision).exists() and record(precision)
+for run in runs:
+    shape, precision, xla, _ = run.split()
+    r = record(f"{shape}-{precision}-{xla}")
     if not r or "sequences_per_s" not in r:
-        print(f"{precision}: no result ({(r or {}).get('skipped', 'failed, see above')})")
-        missing.append(precision)
+        print(f"BERT-{shape} {precision} {xla}: no result "
+              f"({(r or {}).get('skipped', 'failed or not run, see above')})")
+        missing.append(run)
         continue
     achieved = r["sequences_per_s"] * r["train_flops_per_sequence"]
     dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
-    line = (f"{precision}+XLA BERT-{r['shape']} batch {r['batch_size']}: "
-            f"{r['sequences_per_s']:.1f} sequences/s ({r['sequences_per_s'] / reference:.2f}x "
-            f"NVIDIA's {reference} per A100-80GB), {rate(achieved)}, "
+    line = (f"{precision}{'+XLA' if xla == 'xla' else ''} BERT-{r['shape']} batch "
+            f"{r['batch_size']}: {r['sequences_per_s']:.1f} sequences/s per GPU "
+            f"({reference(shape, precision)}), {rate(achieved)}, "
             f"MFU {achieved / peaks.get(dtype, peaks[next(iter(peaks))]):.1%} of measured peak")
     if nominal:
         line += f", {achieved / nominal:.1%} of nominal {nominal / 1e12:.0f} TFLOP/s"
     print(line)
-sys.exit(1 if missing else 0)  # a precision without a figure fails the check
+print(f"fp16 tracks fp32: {'OK' if tracked else 'FAILED or not run (see above)'}")
+sys.exit(1 if missing or not tracked else 0)  # a run without a figure fails the check
 EOF

@@ -34,6 +34,9 @@ CONTAINER_REPO = "/workspace/bert_tf"  # WORKDIR of our Dockerfile
 LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker")
 # Forwarded to every rank by mpirun (Horovod's documented set).
 MPI_FORWARDED_ENV = ("NCCL_DEBUG", "LD_LIBRARY_PATH", "PATH")
+# Also forwarded by mpirun when set where it starts: NCCL's and Horovod's tuning (NCCL_IB_HCA,
+# NCCL_SOCKET_IFNAME, HOROVOD_FUSION_THRESHOLD, ...), which ranks on other nodes would not see.
+MPI_FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
 
 @dataclasses.dataclass
 class LaunchConfig:
@@ -112,15 +115,16 @@ def define_flags() -> None:
     flags.DEFINE_list("network_interface", None,
                       "horovodrun/mpirun across --hosts: the network interface(s) the ranks talk "
                       "over, the same name on every node (horovodrun --network-interfaces; mpirun "
-                      "btl_tcp_if_include and oob_tcp_if_include). Default: the launchers' choice.")
+                      "btl_tcp_if_include, oob_tcp_if_include and NCCL_SOCKET_IFNAME). Default: "
+                      "the launchers' choice.")
     flags.DEFINE_string("ssh_identity_file", None,
                         "horovodrun/mpirun across --hosts: private key for ssh to the nodes.")
     flags.DEFINE_integer("ssh_port", None,
                          "horovodrun/mpirun across --hosts: ssh port of the nodes.")
     flags.DEFINE_list("forward_env", [],
                       "mpirun: more environment variables to forward to every rank (-x NAME), "
-                      "e.g. PYTHONPATH,OMP_NUM_THREADS. horovodrun forwards the whole "
-                      "environment.")
+                      "e.g. PYTHONPATH,OMP_NUM_THREADS; NCCL_* and HOROVOD_* ones set here are "
+                      "forwarded anyway. horovodrun forwards the whole environment.")
     flags.DEFINE_string("host_discovery_script", None,
                         "horovodrun: run elastic (--elastic training keeping --global_batch_size) "
                         "with this executable printing the available hosts, one 'host:slots' a "
@@ -287,6 +291,8 @@ def mpirun_command(config: LaunchConfig) -> list[str]:
     # No core binding (each rank runs many threads), ranks fill a host's slots in
     # order, TCP/shared-memory byte transfer layer (not the openib one).
     command += ["-bind-to", "none", "-map-by", "slot"]
+    # CPU affinity: not by mpirun but by each rank, to the cores of its GPU's NUMA node
+    # (bert_tf/devices.py, as NVIDIA's TF2 run_pretraining.py does).
     for name in MPI_FORWARDED_ENV:
         command += ["-x", name]
     command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
@@ -310,10 +316,14 @@ def mpirun_cluster_args(config: LaunchConfig) -> list[str]:
     """Open MPI's options for ranks on other nodes: the environment they need (mpirun
     forwards only -x names), the interface for its byte transfer and out-of-band layers,
     and how its daemons are started over ssh."""
-    args = [a for name in dict.fromkeys(config.forward_env) if name not in MPI_FORWARDED_ENV
-            for a in ("-x", name)]
+    tuning = [name for name in sorted(os.environ) if name.startswith(MPI_FORWARDED_PREFIXES)]
+    args = [a for name in dict.fromkeys([*config.forward_env, *tuning])
+            if name not in MPI_FORWARDED_ENV for a in ("-x", name)]
     if config.network_interface:
         interfaces = ",".join(config.network_interface)
+        # NCCL picks its own interface otherwise (horovodrun --network-interfaces sets this).
+        if "NCCL_SOCKET_IFNAME" not in os.environ:
+            args += ["-x", f"NCCL_SOCKET_IFNAME={interfaces}"]
         args += ["-mca", "btl_tcp_if_include", interfaces,
                  "-mca", "oob_tcp_if_include", interfaces]
     ssh = (["-i", config.ssh_identity_file] if config.ssh_identity_file else []) + \

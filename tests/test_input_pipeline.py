@@ -168,3 +168,28 @@ def test_dynamic_masking_refuses_masking_flags_it_cannot_honour(shared_data, tmp
     assert "error: --dynamic_masking writes unmasked records" in result.stderr
     assert flags[0].split("=")[0] + "=" in result.stderr
     assert not output.exists()
+
+
+def test_resume_skips_whole_groups_of_files_unread(tmp_path):
+    # 11 files of 15..25 records: groups of 8 and 3 files per epoch. A resume lands in the group
+    # that holds its position and reads only that group's records before it; the stream is
+    # the uninterrupted one's, across groups and epochs, by file and by record.
+    for k in range(11):
+        write_records(tmp_path / f"part-{k:02}.tfrecord", 1000 * (k + 1), 15 + k)
+    pattern = str(tmp_path / "part-*.tfrecord")
+    files = expand_patterns(pattern)
+    per_epoch = sum(range(15, 26))
+    for rank, num_ranks in ((0, 1), (1, 12)):  # 12 ranks > 11 files: by record
+        full = record_numbers(ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, rank=rank,
+                                                     num_ranks=num_ranks, seed=3), 120)
+        layout = ip.RecordLayout.of_rank(files, rank, num_ranks)
+        for skip_batches in (1, 30, 70):
+            epoch, group, skip_in_group = ip.resume_point(layout, 3, skip_batches * BATCH)
+            sizes = ip.group_sizes(layout, 3, epoch, {f: 15 + k for k, f in enumerate(files)})
+            assert skip_in_group < sizes[group]
+            resumed = ip.pretraining_dataset(pattern, BATCH, SEQ, PRED, rank=rank,
+                                             num_ranks=num_ranks, seed=3,
+                                             skip_batches=skip_batches)
+            assert record_numbers(resumed, 10) == full[skip_batches * BATCH:][:10 * BATCH]
+        if num_ranks == 1:
+            assert ip.resume_point(layout, 3, 70 * BATCH)[0] == 70 * BATCH // per_epoch == 2

@@ -3,6 +3,7 @@ steps it derives from the recipes' global batch sizes. The builders are plain fu
 LaunchConfig, tested in-process; two subprocess tests cover the command line itself."""
 
 import importlib.util
+import os
 import shlex
 
 import pytest
@@ -21,8 +22,12 @@ _spec.loader.exec_module(launch)
 @pytest.fixture(autouse=True)
 def in_repo(monkeypatch):
     """Recipes name their bert_config_file relative to the repository root, where the
-    launcher is documented to run."""
+    launcher is documented to run. No NCCL/Horovod settings of this process (mpirun forwards
+    them): each test sets its own."""
     monkeypatch.chdir(REPO)
+    for name in list(os.environ):
+        if name.startswith(launch.MPI_FORWARDED_PREFIXES):
+            monkeypatch.delenv(name)
 
 
 def dry_run(capsys, **fields):
@@ -91,6 +96,25 @@ def test_mpirun_binding_and_environment_forwarding(capsys):
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "python", RUN,
         f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=128",
         *DATA, "--init_checkpoint=/r/p1"]
+
+
+def test_mpirun_forwards_nccl_and_horovod_settings_and_names_nccls_interface(capsys,
+                                                                           monkeypatch):
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5_0")
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "67108864")
+    _, out, _ = dry_run(capsys, launcher="mpirun", num_gpus=8, hosts=["n1", "n2"],
+                        network_interface=["ib0"], allow_run_as_root=False)
+    command = command_of(out)
+    tail = command[command.index("^openib") + 1:command.index("python")]
+    assert tail == ["-x", "HOROVOD_FUSION_THRESHOLD", "-x", "NCCL_IB_HCA",
+                    "-x", "NCCL_SOCKET_IFNAME=ib0", "-mca", "btl_tcp_if_include", "ib0",
+                    "-mca", "oob_tcp_if_include", "ib0"]
+    # A NCCL_SOCKET_IFNAME of the user's own is forwarded as it is.
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=ib1")
+    _, out, _ = dry_run(capsys, launcher="mpirun", num_gpus=8, hosts=["n1", "n2"],
+                        network_interface=["ib0"], allow_run_as_root=False)
+    command = command_of(out)
+    assert "NCCL_SOCKET_IFNAME" in command and "NCCL_SOCKET_IFNAME=ib0" not in command
 
 
 def test_slurm_script_runs_one_task_per_gpu_with_srun(capsys):

@@ -2,7 +2,9 @@
 and the doctor's --hosts logic on given node reports (tests/test_cluster.py runs them for real).
 """
 
+import os
 import shlex
+import subprocess
 
 from conftest import PYTHON, REPO, run_command
 
@@ -18,7 +20,10 @@ TRAINING = ["--bert_config_file=/shared/bert_config.json", "--input_files=/share
 
 
 def printed_command(*flags):
-    proc = run_command([PYTHON, LAUNCH, "--dry_run", *flags, *TRAINING])
+    # Without this process's NCCL_*/HOROVOD_* settings, which mpirun would forward.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "HOROVOD_"))}
+    proc = subprocess.run([PYTHON, LAUNCH, "--dry_run", *flags, *TRAINING],
+                          env=env, capture_output=True, text=True, check=True)
     return shlex.split(proc.stdout.strip().splitlines()[-1])
 
 
@@ -33,6 +38,7 @@ def test_mpirun_across_hosts_forwards_env_and_names_interface_and_ssh():
                               "--forward_env=PYTHONPATH,PATH,OMP_NUM_THREADS", *CLUSTER_FLAGS)
     tail = command[command.index("^openib") + 1:]
     assert tail == ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",  # PATH is forwarded already
+                    "-x", "NCCL_SOCKET_IFNAME=ib0",
                     "-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0",
                     "-mca", "plm_rsh_args", "-i /k -p 2222", "python", RUN, *TRAINING]
 

@@ -68,3 +68,21 @@ def checkpoint_values(prefix) -> dict:
 
     reader = tf.train.load_checkpoint(str(prefix))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def random_batch(rng, batch_size):
+    """A pretraining micro-batch of random tokens and masks at the tiny shape, for tests of
+    gradient magnitudes, where the text does not matter."""
+    import numpy as np
+    import tensorflow as tf  # when called: see training_config
+
+    vocab = TINY_BERT["vocab_size"]
+    return {name: tf.constant(value) for name, value in {
+            "input_ids": rng.integers(1000, vocab, [batch_size, SEQ], dtype=np.int32),
+            "input_mask": np.ones([batch_size, SEQ], np.int32),
+            "segment_ids": np.zeros([batch_size, SEQ], np.int32),
+            "masked_lm_positions": rng.integers(1, SEQ, [batch_size, PREDICTIONS],
+                                                dtype=np.int32),
+            "masked_lm_ids": rng.integers(1000, vocab, [batch_size, PREDICTIONS], dtype=np.int32),
+            "masked_lm_weights": np.ones([batch_size, PREDICTIONS], np.float32),
+            "next_sentence_labels": rng.integers(0, 2, [batch_size], dtype=np.int32)}.items()}

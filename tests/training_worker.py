@@ -98,7 +98,7 @@ def main():
         mine = rows(features, rank)
         (totals,) = distributed.allreduce_sum([tf.stack([
             tf.reduce_sum(mine["masked_lm_weights"]), float(HALF_BATCH)])])
-        grads, metric_sums = state.gradients(mine, totals)
+        grads, metric_sums = state.gradients(mine, totals / state.micro_batches_per_update())
         if i == 1 and rank == 1:
             grads[3] += np.inf
         before = flat_weights(state)

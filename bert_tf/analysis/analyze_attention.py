@@ -29,7 +29,7 @@ from bert_tf.analysis import plots, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
 from bert_tf.data.files import InputDataError, read_text
 from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import checkpoints, modeling
+from bert_tf.model import checkpoints, devices, modeling
 from bert_tf.model.config import BertConfig, BertConfigError
 
 MASKED_LM_FRACTION = 0.15  # of each segment's word pieces, masked for the gradient
@@ -516,6 +516,7 @@ def define_flags():
 
 def run(args: AnalysisArgs) -> int:
     """Runs the analysis and says where the report went; returns the exit status."""
+    devices.use_one_gpu()
     report = analyse(args)
     print(f"analysed {report.get('num_segments', 0)} segments; report in {args.output_dir}")
     return 0

@@ -9,7 +9,7 @@ import types
 import tensorflow as tf
 
 from bert_tf.data.files import expand_patterns
-from bert_tf.data.records import feature_spec, num_to_predict
+from bert_tf.data.records import count_records, feature_spec, num_to_predict
 
 # What records.num_to_predict needs, inside a TensorFlow graph.
 TF_OPS = types.SimpleNamespace(round=tf.math.round, maximum=tf.maximum, minimum=tf.minimum)
@@ -85,39 +85,129 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
     }
 
 
+# Files read interleaved at a time (NVIDIA's cycle_length), and the unit a resume skips.
+FILES_PER_GROUP = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordLayout:
+    """Which records of `files` a rank reads: whole files (`shard` None) or every num_ranks-th
+    record of each group (`shard` = (num_ranks, rank)), when there are fewer files than ranks."""
+
+    files: tuple[str, ...]
+    shard: tuple[int, int] | None
+
+    @classmethod
+    def of_rank(cls, files, rank, num_ranks):
+        if len(files) >= num_ranks:
+            return cls(tuple(files[rank::num_ranks]), None)
+        return cls(tuple(files), (num_ranks, rank))
+
+    @property
+    def num_groups(self) -> int:
+        return -(-len(self.files) // FILES_PER_GROUP)
+
+
+def _epoch_order(files, seed, epoch):
+    """The files (a string tensor) in epoch `epoch`'s order, a permutation seeded by both."""
+    keys = tf.random.stateless_uniform(tf.shape(files), tf.stack(
+        [tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]))
+    return tf.gather(files, tf.argsort(keys))
+
+
+def _group_records(layout: RecordLayout, seed, epoch, group, buffer_size):
+    """One group's records: up to FILES_PER_GROUP files of the epoch's order interleaved, this
+    rank's share, shuffled with a buffer that the group's end drains (so a resume can start at
+    any group without replaying the ones before)."""
+    order = _epoch_order(tf.constant(layout.files), seed, epoch)
+    members = order[group * FILES_PER_GROUP:(group + 1) * FILES_PER_GROUP]
+    records = tf.data.Dataset.from_tensor_slices(members).interleave(
+        tf.data.TFRecordDataset, cycle_length=FILES_PER_GROUP, block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if layout.shard:
+        records = records.shard(*layout.shard)
+    return records.shuffle(buffer_size, seed=seed + 1 + epoch * layout.num_groups + group)
+
+
+def training_records(files, rank, num_ranks, seed, buffer_size, skip_records=0):
+    """This rank's training records forever, after the first `skip_records`: epoch after epoch
+    (each in its own file order), group of files after group, each group shuffled. A resume
+    starts at the group that holds its position (`resume_point`) and reads only the records of
+    that group before it."""
+    layout = RecordLayout.of_rank(files, rank, num_ranks)
+    first_epoch, first_group, skip_in_group = resume_point(layout, seed, skip_records)
+
+    def epoch_records(epoch):
+        start = tf.where(epoch == first_epoch, tf.constant(first_group, tf.int64), 0)
+        return tf.data.Dataset.range(start, layout.num_groups).flat_map(
+            lambda group: _group_records(layout, seed, epoch, group, buffer_size))
+
+    epochs = tf.data.Dataset.range(first_epoch, tf.int64.max)
+    return epochs.flat_map(epoch_records).skip(skip_in_group)
+
+
+def group_sizes(layout: RecordLayout, seed, epoch, file_records: dict) -> list[int]:
+    """The records this rank reads from each group of epoch `epoch`, given the records of
+    each file."""
+    order = [f.decode() for f in _epoch_order(tf.constant(layout.files), seed, epoch).numpy()]
+    sizes = []
+    for start in range(0, len(order), FILES_PER_GROUP):
+        total = sum(file_records[f] for f in order[start:start + FILES_PER_GROUP])
+        if layout.shard:
+            num_ranks, rank = layout.shard
+            total = len(range(rank, total, num_ranks))
+        sizes.append(total)
+    return sizes
+
+
+def resume_point(layout: RecordLayout, seed, skip_records) -> tuple[int, int, int]:
+    """(epoch, group, records into that group) at which this rank's stream resumes after
+    `skip_records`; the files' records are counted from their headers, unread."""
+    if not skip_records:
+        return 0, 0, 0
+    file_records = {f: count_records(f) for f in layout.files}
+    epoch, rest = 0, skip_records
+    total = sum(file_records.values())
+    if layout.shard is None and total:  # whole files: every epoch reads every record once
+        epoch, rest = divmod(rest, total)
+    sizes = group_sizes(layout, seed, epoch, file_records)
+    while 0 < sum(sizes) <= rest:  # by record: an epoch's share depends on its order
+        rest -= sum(sizes)
+        epoch += 1
+        sizes = group_sizes(layout, seed, epoch, file_records)
+    group = 0
+    while group < len(sizes) - 1 and rest >= sizes[group]:
+        rest -= sizes[group]
+        group += 1
+    return epoch, group, rest
+
+
 def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predictions_per_seq,
                         is_training=True, rank=0, num_ranks=1, seed=12345, dynamic_masking=None,
-                        skip_batches=0):
+                        skip_batches=0, batches_per_update=1):
     """Batches of pretraining features, [B,S]/[B,P] int32 (masked_lm_weights float32) and
     next_sentence_labels [B]; drop_remainder=True.
 
     Training: this rank's share (whole files when there are at least as many files as ranks,
-    else every num_ranks-th record), shuffled, repeated forever; the same arguments give the same
-    batches in every run. `skip_batches` resumes that sequence after so many batches: it drops
-    raw records before they are parsed (much cheaper than skipping parsed batches, though still
-    a read of the skipped data). Eval: one pass, in order. The files are read as they are:
-    check them first with records.validate_records.
+    else every num_ranks-th record), shuffled, repeated forever (`training_records`); the same
+    arguments give the same batches in every run. `skip_batches` resumes that sequence after so
+    many batches, skipping whole groups of files unread. Eval: one pass, in order. The files
+    are read as they are: check them first with records.validate_records.
+
+    `batches_per_update` (the micro-batches of one optimizer update): that many are made ahead,
+    while the update before computes, so that an update that takes all its micro-batches
+    before its first forward pass (their totals normalise its loss) finds them ready.
     """
     files = expand_patterns(input_patterns)
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
     options = tf.data.Options()
     options.deterministic = True
-    shard_by_file = is_training and len(files) >= num_ranks
-    if shard_by_file:
-        files = files[rank::num_ranks]
-    dataset = tf.data.Dataset.from_tensor_slices(files)
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
-        dataset = dataset.interleave(
-            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if not shard_by_file:
-            dataset = dataset.shard(num_ranks, rank)
-        dataset = dataset.shuffle(max(100, 10 * batch_size), seed=seed + 1)
         # The stream repeats forever, so batch i is always records [i*B, (i+1)*B).
-        dataset = dataset.skip(skip_batches * batch_size)
+        dataset = training_records(files, rank, num_ranks, seed, max(100, 10 * batch_size),
+                                   skip_records=skip_batches * batch_size)
     else:
-        dataset = tf.data.TFRecordDataset(dataset)
+        dataset = tf.data.TFRecordDataset(files)
         if num_ranks > 1:
             dataset = dataset.shard(num_ranks, rank)
     dataset = dataset.batch(batch_size, drop_remainder=True)
@@ -130,4 +220,5 @@ def pretraining_dataset(input_patterns, batch_size, max_seq_length, max_predicti
                 batch, dynamic_masking, max_predictions_per_seq,
                 tf.stack([tf.constant(seed * 1009 + rank, tf.int64), index])),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    ahead = batches_per_update if batches_per_update > 1 else tf.data.AUTOTUNE
+    return dataset.with_options(options).prefetch(ahead)

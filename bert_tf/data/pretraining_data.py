@@ -401,10 +401,15 @@ def mpi_comm():
     return MPI.COMM_WORLD
 
 
-def _single_threaded_tensorflow():
-    """Worker processes already fill the cores; TF's own thread pools would oversubscribe them."""
+def _single_threaded_cpu_tensorflow():
+    """Worker processes already fill the cores; TF's own thread pools would oversubscribe them.
+    They compute on the CPU: on a GPU node each would otherwise create a context on every GPU,
+    and TensorFlow reserve most of their memory. Before the worker's first op: CUDA reads the
+    variable when TensorFlow initialises it."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import tensorflow as tf
 
+    tf.config.set_visible_devices([], "GPU")
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
@@ -520,7 +525,7 @@ def run_jobs(jobs, num_workers, progress, num_inputs, run=_run_shard, desc=None)
             # A fork of a process that has run TensorFlow ops is not safe, and a spawned worker
             # pays TensorFlow's ~10 CPU-s import each. The forkserver is a fresh process that
             # imports TensorFlow once, runs nothing, and forks every worker from there.
-            pool = workers.pool(min(num_workers, len(jobs)), _single_threaded_tensorflow,
+            pool = workers.pool(min(num_workers, len(jobs)), _single_threaded_cpu_tensorflow,
                                 "forkserver", ["tensorflow", "tensorflow_text",
                                                "bert_tf.data.pretraining_data"])
             results = pool.imap_unordered(run, jobs)

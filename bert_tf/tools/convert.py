@@ -19,6 +19,7 @@ from absl import flags
 import bert_tf
 from bert_tf.data.files import OutputDirError
 from bert_tf.data.output_dir import check_new_output_dir
+from bert_tf.model import devices
 from bert_tf.model.checkpoints import CheckpointError
 from bert_tf.model.config import BertConfigError
 from bert_tf.model.convert import ConversionError, ConversionReport, hf_to_tf, tf_to_hf
@@ -118,6 +119,7 @@ def main(argv: list[str]) -> int:
     except ConvertUsageError as e:
         print(f"convert: error: {e} (python -m bert_tf convert --help)", file=sys.stderr)
         return 2
+    devices.use_one_gpu()
     try:
         report = convert(config)
     except (ConversionError, CheckpointError, BertConfigError, OutputDirError) as e:

@@ -15,7 +15,7 @@ from absl import flags
 
 import bert_tf
 from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import checkpoints
+from bert_tf.model import checkpoints, devices
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 
@@ -97,6 +97,7 @@ def define_flags() -> None:
 
 def run(config: PredictConfig) -> int:
     """Prints the predictions for each text; returns the exit status."""
+    devices.use_one_gpu()
     tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
     if not 1 <= config.top_k <= tokenizer.vocab_size:
         raise ValueError(f"--top_k={config.top_k} must be between 1 and the {tokenizer.vocab_size} "

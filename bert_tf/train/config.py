@@ -59,6 +59,7 @@ class PretrainingConfig:
     precision: str = "fp32"
     use_xla: bool = False
     fp16_allreduce: bool = False
+    deterministic: bool = False
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 10
@@ -207,6 +208,10 @@ def define_optimization_flags(defaults: dict) -> None:
                       "Compile the forward/backward computation with XLA (jit_compile).")
     flags.DEFINE_bool("fp16_allreduce", defaults["fp16_allreduce"],
                       "Compress gradients to float16 for the allreduce.")
+    flags.DEFINE_bool("deterministic", defaults["deterministic"],
+                      "TensorFlow's op determinism (tf.config.experimental."
+                      "enable_op_determinism): bit-identical reruns and resumes on GPUs too, at "
+                      "some speed (docs/running.md, 'What is reproducible where').")
     flags.DEFINE_integer("seed", defaults["seed"],
                          "Seed of the weight initialisation and the input order.")
 

@@ -18,6 +18,7 @@ import tensorflow as tf
 from horovod.common.elastic import ObjectState, run_fn
 from horovod.common.exceptions import HorovodInternalError
 
+from bert_tf.model import devices
 from bert_tf.train.report import OutputDirError
 
 # Set before hvd.init(): Horovod reads them then. A collective whose peers
@@ -43,13 +44,10 @@ def build_info() -> dict:
             "NCCL": bool(hvd.nccl_built())}
 
 
-def pin_gpu_to_local_rank() -> None:
-    """One GPU per process (the usual Horovod layout); nothing on a CPU machine."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        gpu = gpus[hvd.local_rank() % len(gpus)]
-        tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.set_visible_devices(gpu, "GPU")
+def pin_gpu_to_local_rank(deterministic: bool = False) -> None:
+    """One GPU per process, the local rank's (the usual Horovod layout); nothing on a CPU
+    machine. Before any TensorFlow op (model/devices.py, which says what `deterministic` does)."""
+    devices.use_one_gpu(hvd.local_rank(), deterministic)
 
 
 def rank() -> int:
@@ -126,10 +124,20 @@ def check_shared_output_dir(output_dir: str) -> None:
 
 def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
     """Sums a list of tensors over ranks in one grouped (fused) allreduce."""
+    return _grouped_allreduce(tensors, hvd.Sum, fp16_compression)
+
+
+def allreduce_mean(tensors, fp16_compression: bool = False) -> list:
+    """Averages a list of tensors over ranks in one grouped allreduce (Horovod divides after
+    summing, so values compressed to float16 keep each rank's magnitude)."""
+    return _grouped_allreduce(tensors, hvd.Average, fp16_compression)
+
+
+def _grouped_allreduce(tensors, op, fp16_compression: bool) -> list:
     if hvd.size() == 1:
         return list(tensors)
     compression = hvd.Compression.fp16 if fp16_compression else hvd.Compression.none
-    return hvd.grouped_allreduce(list(tensors), op=hvd.Sum, compression=compression)
+    return hvd.grouped_allreduce(list(tensors), op=op, compression=compression)
 
 
 def broadcast_variables(variables, root_rank: int = 0) -> None:

@@ -63,8 +63,8 @@ class FinetuningState(TrainState):
         return classification_sums(logits, features["label_ids"], features["label_weights"])
 
     def objective(self, sums, totals):
-        """totals = [labelled rows] over the whole update on all ranks."""
-        return sums["loss_sum"] / tf.maximum(totals[0], 1.0)
+        """totals = [labelled rows] of the update per micro-batch (TrainState)."""
+        return tf.math.divide_no_nan(sums["loss_sum"], totals[0])
 
     def local_totals(self, micro_batches) -> tf.Tensor:
         return tf.stack([tf.add_n([tf.reduce_sum(tf.cast(b["label_weights"], tf.float32))
@@ -93,7 +93,7 @@ def run(config: FinetuningConfig) -> dict:
     """Fine-tunes, evaluates and predicts as the config says; returns the summary."""
     config.validate()
     distributed.init()
-    distributed.pin_gpu_to_local_rank()
+    distributed.pin_gpu_to_local_rank(config.deterministic)
     with loop.claimed_output_dir(config.output_dir) as report:
         bert_config = loop.load_bert_config(config.bert_config_file, config.max_seq_length)
         tokenizer = load_tokenizer(config, bert_config.vocab_size)

@@ -37,6 +37,7 @@ class FinetuningConfig:
     use_xla: bool = False
     num_accumulation_steps: int = 1
     fp16_allreduce: bool = False
+    deterministic: bool = False
     weight_decay_rate: float = 0.01
     text_a_column: int = 0
     text_b_column: int = -1

@@ -1,18 +1,18 @@
 """BERT pretraining with Horovod data parallelism: the loop, top to bottom.
 
-One optimizer update = `num_accumulation_steps` micro-batches on every rank.
-Each micro-batch adds its gradient of
+One optimizer update = `num_accumulation_steps` micro-batches on every rank
+(K micro-batches in all). Each micro-batch adds its (loss-scaled) gradient of
 
-    mlm_loss_sum / total_mask_weight + nsp_loss_sum / total_examples
+    mlm_loss_sum / (total_mask_weight / K) + nsp_loss_sum / (total_examples / K)
 
 (totals over all micro-batches of the update on all ranks) into local
-accumulators; then ONE allreduce sums the accumulators, so 2 ranks x batch b,
-1 rank x batch 2b and 2 micro-batches of b all take the same update. The
-totals come from the data (mask weights), before the forward pass, by a
-scalar allreduce. After the gradient allreduce: unscale (fp16), check
-finiteness (every rank sees the same sums, so every rank decides the same),
-clip to global norm 1.0, step; a non-finite update is skipped and lowers the
-loss scale.
+accumulators; then, divided by the rank's micro-batches and the loss scale,
+ONE allreduce averages them over ranks, so 2 ranks x batch b, 1 rank x batch
+2b and 2 micro-batches of b all take the same update. The totals come from the data (mask weights), before the forward
+pass, by a scalar allreduce. After the gradient allreduce: check finiteness
+(every rank sees the same sums, so every rank decides the same), clip to
+global norm 1.0, step; a non-finite update is skipped and lowers the loss
+scale (train/state.py says why the magnitudes are these).
 
 Only rank 0 writes (report.Reporter). A checkpoint holds the model, optimizer
 slots, global step, loss scale and the input position, all by name; rerunning
@@ -79,9 +79,9 @@ class PretrainingState(TrainState):
         return pretraining_loss(outputs, features)
 
     def objective(self, sums, totals):
-        """totals = [mask weight, examples] over the whole update on all ranks."""
-        return (sums["mlm_loss_sum"] / tf.maximum(totals[0], 1.0)
-                + sums["nsp_loss_sum"] / tf.maximum(totals[1], 1.0))
+        """totals = [mask weight, examples] of the update per micro-batch (TrainState)."""
+        return (tf.math.divide_no_nan(sums["mlm_loss_sum"], totals[0])
+                + tf.math.divide_no_nan(sums["nsp_loss_sum"], totals[1]))
 
     def local_totals(self, micro_batches) -> tf.Tensor:
         return tf.stack([
@@ -109,7 +109,7 @@ def run(config: PretrainingConfig) -> dict:
                             "--gloo --min-np N --max-np M --host-discovery-script SCRIPT, or "
                             "launch/launch.py --host_discovery_script (docs/running.md)")
     distributed.init()
-    distributed.pin_gpu_to_local_rank()
+    distributed.pin_gpu_to_local_rank(config.deterministic)
     if config.elastic:
         config = dataclasses.replace(
             config, num_accumulation_steps=config.accumulation_steps_for(distributed.size()))
@@ -450,7 +450,7 @@ def train_dataset(config: PretrainingConfig, files, rank, num_ranks, masking=Non
         files, batch_size=config.train_batch_size, max_seq_length=config.max_seq_length,
         max_predictions_per_seq=config.max_predictions_per_seq, is_training=True,
         rank=rank, num_ranks=num_ranks, seed=config.seed, dynamic_masking=masking,
-        skip_batches=skip_batches)
+        skip_batches=skip_batches, batches_per_update=config.num_accumulation_steps)
 
 
 # --------------------------------------------------------------------------- set-up helpers

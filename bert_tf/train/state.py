@@ -4,15 +4,27 @@ A `TrainState` holds a model, its optimizer, the loss scale, the step and the in
 (everything a checkpoint holds) and performs one optimizer update from a list of micro-batches:
 
     totals (allreduced)  ->  per micro-batch: forward/backward (XLA with --use_xla),
-    accumulate  ->  ONE gradient allreduce (+ one of the metric sums and the stop flag)
-    ->  unscale, finiteness, clip  ->  step
+    accumulate  ->  unscale  ->  ONE gradient allreduce (mean; + one of the metric sums and
+    the stop flag)  ->  finiteness, clip  ->  step
 
 A task supplies three things by subclassing: `loss_sums` (the per-batch sums named by
-`metric_names`, from which losses and accuracies follow), `objective` (the sums made into the
-loss of the whole update, normalised by `totals`) and `local_totals` (what the normalisers count,
+`metric_names`, from which losses and accuracies follow), `objective` (the sums made into a
+micro-batch's loss, normalised by `totals`) and `local_totals` (what the normalisers count,
 summed over this rank's micro-batches before the allreduce). Normalising by totals over every
 micro-batch of every rank is what makes 2 ranks x batch b, 1 rank x batch 2b and 2 micro-batches
 of b take the same update.
+
+Magnitudes (fp16): the totals the objective sees are the update's totals divided by its
+micro-batches on all ranks (K), i.e. those of an average micro-batch, so each micro-batch's
+backward pass differentiates a mean loss times the loss scale, as NVIDIA's TF2 BERT does
+(official/modeling/model_training_utils.py scales each micro-batch's mean loss and divides by
+the accumulation count after the allreduce). Dividing by the whole update's totals instead made
+every half-precision gradient K times smaller (1,024x for BERT-large phase 1 on 8 GPUs),
+pushing them into float16's subnormals. Each rank's sum of its micro-batch gradients is then
+divided by its micro-batches and the loss scale, and the allreduce averages over ranks: the
+same gradient as normalising by the totals (exactly, for powers of two), and --fp16_allreduce
+compresses unscaled gradients (NVIDIA's order) rather than scaled ones that can pass float16's
+65504.
 
 A stop request (a preemption signal, faults.StopSignals) rides as one more element in the
 allreduce of the metric sums, so every rank learns in the same update that some rank was asked
@@ -96,7 +108,8 @@ class TrainState(tf.Module):
         raise NotImplementedError
 
     def objective(self, sums, totals):
-        """The differentiable loss of this micro-batch's share of the update."""
+        """The differentiable loss of this micro-batch: its sums normalised by `totals`, the
+        update's totals per micro-batch (divide with tf.math.divide_no_nan: they can be 0)."""
         raise NotImplementedError
 
     def local_totals(self, micro_batches) -> tf.Tensor:
@@ -114,9 +127,13 @@ class TrainState(tf.Module):
                 **self.loss_scale.variables_by_name(),
                 GLOBAL_STEP: self.global_step, INPUT_POSITION: self.input_position}
 
+    def micro_batches_per_update(self) -> int:
+        """K: the micro-batches of one update on all ranks."""
+        return self.config.num_accumulation_steps * distributed.size()
+
     def _gradients(self, features, totals):
         """This micro-batch's (loss-scaled) gradients and metric sums; counts it as consumed
-        input. totals: the normalisers over the whole update on all ranks."""
+        input. totals: the normalisers over the whole update on all ranks, divided by K."""
         params = list(self.params.values())
         # Every rank and micro-batch gets its own masks; a resumed run the same ones.
         dropout_seed = tf.random.experimental.stateless_fold_in(self.dropout_seed,
@@ -145,12 +162,16 @@ class TrainState(tf.Module):
         """Allreduces the update's gradients, then steps unless one is non-finite. The result's
         `stop_requested` is true on every rank when `stop_requested` was on any."""
         config = self.config
-        grads = distributed.allreduce_sum(grads, fp16_compression=config.fp16_allreduce)
+        loss_scale = self.loss_scale.scale.read_value()
+        # Unscaled before the allreduce and averaged over ranks by it, as NVIDIA's TF2 BERT does,
+        # so that --fp16_allreduce compresses each rank's mean gradient. A non-finite local
+        # gradient stays non-finite in the average, so every rank skips the same update.
+        divisor = loss_scale * float(config.num_accumulation_steps)
+        grads = [g / divisor for g in grads]
+        grads = distributed.allreduce_mean(grads, fp16_compression=config.fp16_allreduce)
         (sums_and_stops,) = distributed.allreduce_sum(
             [tf.concat([metric_sums, [tf.cast(stop_requested, tf.float32)]], axis=0)])
         metric_sums, stop_requests = sums_and_stops[:-1], sums_and_stops[-1]
-        loss_scale = self.loss_scale.scale.read_value()
-        grads = [g / loss_scale for g in grads]
         finite = precision.all_finite(grads)
         clipped, grad_norm = optimization.clip_by_global_norm(grads, finite)
         learning_rate = optimization.learning_rate_at(
@@ -170,8 +191,11 @@ class TrainState(tf.Module):
         `stop_requested()` is asked after the forward/backward passes, so a signal that arrives
         during them stops the run after this update."""
         batches = iter(batches)
+        # All before the first forward pass (their totals normalise each micro-batch's loss);
+        # the training pipeline makes them one update ahead (input_pipeline batches_per_update).
         micro_batches = [next(batches) for _ in range(self.config.num_accumulation_steps)]
         (totals,) = distributed.allreduce_sum([self.local_totals(micro_batches)])
+        totals /= float(self.micro_batches_per_update())
         if len(micro_batches) == 1:  # no accumulators: saves a copy of the gradients
             grads, metric_sums = self.gradients(micro_batches[0], totals)
         else:
