@@ -12,7 +12,9 @@
 # install/setup_env.sh builds for the TensorFlow of install/requirements-tf2.17.txt (the same
 # Python 3.11 and TensorFlow, hence the same ABI); it is built once with that venv if missing.
 #
-# Usage: build_ngc_standin.sh   (as root: debootstrap and chroot; podman is PODMAN's value)
+# Usage: build_ngc_standin.sh   (as root: debootstrap and chroot). Installs podman, runc and
+# debootstrap if missing. PODMAN overrides the podman command; hosts like the CI machine need
+# CONTAINERS_CONF=install/podman-containers.conf (make test-container sets it).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,8 +24,7 @@ HOROVOD_VERSION=0.28.1
 PATCH="$REPO/install/horovod-$HOROVOD_VERSION-tf2.21.patch"
 SUITE=bookworm  # Python 3.11, the only Python whose TF 2.17 + Horovod wheel we build
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-# runc and cgroupfs: crun and systemd cgroups fail on hosts with hybrid cgroups.
-read -r -a PODMAN <<< "${PODMAN:-podman --runtime runc --cgroup-manager=cgroupfs}"
+read -r -a PODMAN <<< "${PODMAN:-podman}"
 TF_VERSION="$(sed -n 's/^tensorflow-cpu==//p' "$PINS")"
 KEY="$(cat "$0" "$PINS" "$PATCH" | sha256sum | cut -c1-12)"
 IMAGE="localhost/bert_tf-ngc-standin:tf$TF_VERSION-$KEY"
@@ -33,6 +34,15 @@ WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$(sha256sum "$PA
 log() { echo "build_ngc_standin: $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
 
+[[ $(id -u) -eq 0 ]] || fail "needs root (debootstrap and chroot build the root filesystem)"
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+    || ! command -v debootstrap >/dev/null; then
+  log "installing Debian packages podman runc debootstrap"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends podman runc debootstrap >&2; } \
+    || fail "apt-get install podman runc debootstrap"
+fi
+
 if "${PODMAN[@]}" image exists "$IMAGE"; then
   echo "$IMAGE"; exit 0
 fi
@@ -41,10 +51,6 @@ if [[ -f "$ARCHIVE" ]]; then
   "${PODMAN[@]}" load -q -i "$ARCHIVE" >&2 || fail "podman load -i $ARCHIVE"
   echo "$IMAGE"; exit 0
 fi
-[[ $(id -u) -eq 0 ]] || fail "needs root (debootstrap and chroot build the root filesystem)"
-for tool in debootstrap "${PODMAN[0]}"; do
-  command -v "$tool" >/dev/null || fail "$tool not found (apt-get install podman runc debootstrap)"
-done
 
 if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
   log "no cached Horovod wheel for TF $TF_VERSION: building it with the .venv-tf2.17 set-up"

@@ -129,8 +129,8 @@ def define_flags() -> None:
                          "horovodrun/mpirun across --hosts: ssh port of the nodes.")
     flags.DEFINE_list("forward_env", [],
                       "mpirun: more environment variables to forward to every rank (-x NAME), "
-                      "e.g. PYTHONPATH,OMP_NUM_THREADS. horovodrun forwards the whole "
-                      "environment.")
+                      "e.g. PYTHONPATH,OMP_NUM_THREADS; docker: to the container (-e NAME). "
+                      "horovodrun forwards the whole environment.")
     flags.DEFINE_string("host_discovery_script", None,
                         "horovodrun: run elastic (--elastic training keeping --global_batch_size) "
                         "with this executable printing the available hosts, one 'host:slots' a "
@@ -345,6 +345,7 @@ def docker_command(config: LaunchConfig) -> list[str]:
         command += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
     command += ["--ipc=host"] if config.ipc_host else ["--shm-size=1g"]
     command += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    command += [a for name in dict.fromkeys(config.forward_env) for a in ("-e", name)]
     for host_dir, mount in ((config.data_dir, "/data"), (config.results_dir, "/results")):
         if host_dir:
             command += ["-v", f"{os.path.abspath(host_dir)}:{mount}"]

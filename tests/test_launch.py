@@ -149,8 +149,10 @@ def test_podman_gets_gpus_through_cdi_and_cpu_runs_none(capsys):
     flags = dict(launcher="docker", results_dir="r", training_flags=["--output_dir=/results/x"])
     podman = command_of(dry_run(capsys, container_engine="/usr/bin/podman", **flags)[1])
     assert podman[0] == "/usr/bin/podman" and podman[5:7] == ["--device", "nvidia.com/gpu=all"]
-    cpu = command_of(dry_run(capsys, container_engine="podman", container_gpus=False, **flags)[1])
+    cpu = command_of(dry_run(capsys, container_engine="podman", container_gpus=False,
+                             forward_env=["OMP_NUM_THREADS"], **flags)[1])
     assert "--device" not in cpu and "--gpus" not in cpu
+    assert cpu[cpu.index("-e") + 1] == "OMP_NUM_THREADS"
 
 
 @pytest.mark.parametrize("results_dir, output_dir", [
