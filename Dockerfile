@@ -19,9 +19,11 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # NVIDIA's BERT image reserves 2 GiB of each GPU's memory outside TensorFlow's allocator (for
 # cuDNN/cuBLAS workspaces and NCCL). Its TF_XLA_FLAGS=--tf_xla_enable_lazy_compilation=false
 # is left out: it concerns auto-clustering, and bert_tf compiles with jit_compile (--use_xla).
-# Mixed precision is our --precision flag, not TF_ENABLE_AUTO_MIXED_PRECISION.
+# Mixed precision is our --precision flag, not TF_ENABLE_AUTO_MIXED_PRECISION. HOME: writable
+# for any uid (docker run -u $(id -u):$(id -g)); horovodrun and Matplotlib keep caches there.
 ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
+    HOME=/tmp \
     TF_DEVICE_MIN_SYS_MEMORY_IN_MB=2048 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 

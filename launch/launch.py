@@ -34,6 +34,8 @@ CONTAINER_REPO = "/workspace/bert_tf"  # WORKDIR of our Dockerfile
 LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker")
 # Forwarded to every rank by mpirun (Horovod's documented set).
 MPI_FORWARDED_ENV = ("NCCL_DEBUG", "LD_LIBRARY_PATH", "PATH")
+# docker run --ulimit values NGC recommends: unlimited pinned memory, 64 MiB stacks.
+NGC_ULIMITS = ("memlock=-1", "stack=67108864")
 
 @dataclasses.dataclass
 class LaunchConfig:
@@ -53,6 +55,7 @@ class LaunchConfig:
     container_engine: str = "docker"
     container_gpus: bool = True
     container_user: str = dataclasses.field(default_factory=lambda: f"{os.getuid()}:{os.getgid()}")
+    container_ulimits: list[str] = dataclasses.field(default_factory=lambda: list(NGC_ULIMITS))
     ipc_host: bool = True
     data_dir: str | None = None
     results_dir: str | None = None
@@ -103,6 +106,9 @@ def define_flags() -> None:
     flags.DEFINE_string("container_user", f"{os.getuid()}:{os.getgid()}",
                         "docker: uid:gid the container runs as (docker run -u), so files it "
                         "writes to the mounts are yours; default: yours.")
+    flags.DEFINE_list("container_ulimits", list(NGC_ULIMITS),
+                      "docker: --ulimit values (NGC's recommended); empty: the engine's defaults, "
+                      "where the host forbids raising limits.")
     flags.DEFINE_bool("ipc_host", d["ipc_host"],
                       "docker: share the host IPC namespace (--ipc=host, as NGC documents); "
                       "--noipc_host gives the container a 1 GiB /dev/shm instead "
@@ -344,7 +350,7 @@ def docker_command(config: LaunchConfig) -> list[str]:
         podman = os.path.basename(config.container_engine) == "podman"
         command += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
     command += ["--ipc=host"] if config.ipc_host else ["--shm-size=1g"]
-    command += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    command += [a for limit in config.container_ulimits for a in ("--ulimit", limit)]
     command += [a for name in dict.fromkeys(config.forward_env) for a in ("-e", name)]
     for host_dir, mount in ((config.data_dir, "/data"), (config.results_dir, "/results")):
         if host_dir:
