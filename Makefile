@@ -17,7 +17,7 @@ $(STAMP): install/setup_env.sh install/requirements.txt $(PATCH) setup.py
 $(NGC_STAMP): install/setup_env.sh install/requirements.txt install/requirements-tf2.17.txt $(PATCH) setup.py
 	bash install/setup_env.sh install/requirements-tf2.17.txt $(NGC_VENV)
 
-# Our code must also run on the NGC image's Python 3.10; no 3.10 interpreter here, so
+# Our code must also run on Python 3.10 (setup.py); no 3.10 interpreter here, so
 # ruff (target-version py310: syntax) and vermin (standard library names) check it.
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -150,8 +150,8 @@ def test_podman_gets_gpus_through_cdi_and_cpu_runs_none(capsys):
     podman = command_of(dry_run(capsys, container_engine="/usr/bin/podman", **flags)[1])
     assert podman[0] == "/usr/bin/podman" and podman[5:7] == ["--device", "nvidia.com/gpu=all"]
     cpu = command_of(dry_run(capsys, container_engine="podman", container_gpus=False,
-                             forward_env=["OMP_NUM_THREADS"], **flags)[1])
-    assert "--device" not in cpu and "--gpus" not in cpu
+                             container_ulimits=[], forward_env=["OMP_NUM_THREADS"], **flags)[1])
+    assert "--device" not in cpu and "--gpus" not in cpu and "--ulimit" not in cpu
     assert cpu[cpu.index("-e") + 1] == "OMP_NUM_THREADS"
 
 
