@@ -7,7 +7,7 @@ NGC_VENV := .venv-tf2.17
 NGC_STAMP := $(NGC_VENV)/.bert_tf-installed
 PATCH := install/horovod-0.28.1-tf2.21.patch
 
-.PHONY: demo test test-ngc test-cluster lint bench convergence venv clean
+.PHONY: demo test test-ngc test-cluster test-container lint bench convergence venv clean
 
 venv: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): install/setup_env.sh install/requirements.txt $(PATCH) setup.py
 $(NGC_STAMP): install/setup_env.sh install/requirements.txt install/requirements-tf2.17.txt $(PATCH) setup.py
 	bash install/setup_env.sh install/requirements-tf2.17.txt $(NGC_VENV)
 
-# Our code must also run on the NGC image's Python 3.10; no 3.10 interpreter here, so
+# Our code must also run on Python 3.10 (setup.py); no 3.10 interpreter here, so
 # ruff (target-version py310: syntax) and vermin (standard library names) check it.
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -26,16 +26,22 @@ lint: venv
 	$(VENV)/bin/hadolint Dockerfile
 
 test: lint
-	$(PY) -m pytest -q tests --ignore=tests/test_cluster.py
+	$(PY) -m pytest -q tests --ignore=tests/test_cluster.py --ignore=tests/test_container.py
 
 # TensorFlow 2.17 (the NGC image's) on Python 3.11: the tests marked `ngc`, which cover
 # the TensorFlow and Horovod APIs we use (see README.md, "Supported TensorFlow").
 test-ngc: $(NGC_STAMP)
-	$(NGC_VENV)/bin/python -m pytest -q -m ngc tests --ignore=tests/test_cluster.py
+	$(NGC_VENV)/bin/python -m pytest -q -m ngc tests --ignore=tests/test_cluster.py \
+	  --ignore=tests/test_container.py
 
 # Two nodes x two ranks on network namespaces with sshd (needs root); see docs/running.md.
 test-cluster: venv
 	$(PY) -m pytest -q tests/test_cluster.py
+
+# The job in NGC's container: our Dockerfile on a CPU stand-in for NGC's image, run with podman
+# (needs root; installs podman, runc, debootstrap); docs/running.md, "Docker".
+test-container: venv
+	CONTAINERS_CONF=$(CURDIR)/install/podman-containers.conf $(PY) -m pytest -q tests/test_container.py
 
 demo: venv
 	$(PY) -m bert_tf demo

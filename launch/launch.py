@@ -37,6 +37,8 @@ MPI_FORWARDED_ENV = ("NCCL_DEBUG", "LD_LIBRARY_PATH", "PATH")
 # Also forwarded by mpirun when set where it starts: NCCL's and Horovod's tuning (NCCL_IB_HCA,
 # NCCL_SOCKET_IFNAME, HOROVOD_FUSION_THRESHOLD, ...), which ranks on other nodes would not see.
 MPI_FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_")
+# docker run --ulimit values NGC recommends: unlimited pinned memory, 64 MiB stacks.
+NGC_ULIMITS = ("memlock=-1", "stack=67108864")
 
 @dataclasses.dataclass
 class LaunchConfig:
@@ -53,6 +55,10 @@ class LaunchConfig:
     python: str = "python"
     allow_run_as_root: bool = dataclasses.field(default_factory=lambda: os.geteuid() == 0)
     image: str = "bert_tf"
+    container_engine: str = "docker"
+    container_gpus: bool = True
+    container_user: str = dataclasses.field(default_factory=lambda: f"{os.getuid()}:{os.getgid()}")
+    container_ulimits: list[str] = dataclasses.field(default_factory=lambda: list(NGC_ULIMITS))
     ipc_host: bool = True
     data_dir: str | None = None
     results_dir: str | None = None
@@ -96,6 +102,16 @@ def define_flags() -> None:
     flags.DEFINE_bool("allow_run_as_root", os.geteuid() == 0,
                       "Pass --allow-run-as-root to mpirun (needed as root, e.g. in containers).")
     flags.DEFINE_string("image", d["image"], "docker: image built from our Dockerfile.")
+    flags.DEFINE_string("container_engine", d["container_engine"],
+                        "docker: the engine's command, docker or podman (GPUs through CDI).")
+    flags.DEFINE_bool("container_gpus", d["container_gpus"],
+                      "docker: give the container every GPU; --nocontainer_gpus on a CPU machine.")
+    flags.DEFINE_string("container_user", f"{os.getuid()}:{os.getgid()}",
+                        "docker: uid:gid the container runs as (docker run -u), so files it "
+                        "writes to the mounts are yours; default: yours.")
+    flags.DEFINE_list("container_ulimits", list(NGC_ULIMITS),
+                      "docker: --ulimit values (NGC's recommended); empty: the engine's defaults, "
+                      "where the host forbids raising limits.")
     flags.DEFINE_bool("ipc_host", d["ipc_host"],
                       "docker: share the host IPC namespace (--ipc=host, as NGC documents); "
                       "--noipc_host gives the container a 1 GiB /dev/shm instead "
@@ -124,7 +140,8 @@ def define_flags() -> None:
     flags.DEFINE_list("forward_env", [],
                       "mpirun: more environment variables to forward to every rank (-x NAME), "
                       "e.g. PYTHONPATH,OMP_NUM_THREADS; NCCL_* and HOROVOD_* ones set here are "
-                      "forwarded anyway. horovodrun forwards the whole environment.")
+                      "forwarded anyway. docker: to the container (-e NAME). horovodrun "
+                      "forwards the whole environment.")
     flags.DEFINE_string("host_discovery_script", None,
                         "horovodrun: run elastic (--elastic training keeping --global_batch_size) "
                         "with this executable printing the available hosts, one 'host:slots' a "
@@ -337,9 +354,15 @@ def docker_command(config: LaunchConfig) -> list[str]:
     if config.hosts:
         raise LaunchError("--launcher=docker runs one node; for several use --launcher=slurm "
                           "with --container_image")
-    command = ["docker", "run", "--rm", "--gpus", "all"]
+    check_output_mounted(config)
+    command = [config.container_engine, "run", "--rm", "-u", config.container_user]
+    if config.container_gpus:
+        # Podman has no --gpus; NVIDIA's Container Toolkit gives it the GPUs as CDI devices.
+        podman = os.path.basename(config.container_engine) == "podman"
+        command += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
     command += ["--ipc=host"] if config.ipc_host else ["--shm-size=1g"]
-    command += ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    command += [a for limit in config.container_ulimits for a in ("--ulimit", limit)]
+    command += [a for name in dict.fromkeys(config.forward_env) for a in ("-e", name)]
     for host_dir, mount in ((config.data_dir, "/data"), (config.results_dir, "/results")):
         if host_dir:
             command += ["-v", f"{os.path.abspath(host_dir)}:{mount}"]
@@ -347,7 +370,29 @@ def docker_command(config: LaunchConfig) -> list[str]:
     # The image's own interpreter, whatever --python says for the host.
     if config.num_gpus == 1:
         return command + ["python"] + training_args(config, 1, CONTAINER_REPO)
-    return command + horovodrun_command(config, CONTAINER_REPO, python="python")
+    # This launcher again inside, so that a stop signal (which the engine passes to it) reaches
+    # the training processes rather than horovodrun.
+    inner = ["python", os.path.join(CONTAINER_REPO, "launch", "launch.py"),
+             "--launcher=horovodrun", f"--num_gpus={config.num_gpus}"]
+    if config.recipe:
+        inner.append(f"--recipe={_in_repo(config.recipe, CONTAINER_REPO)}")
+    for name in ("global_batch_size", "train_batch_size", "controller"):
+        if getattr(config, name):
+            inner.append(f"--{name}={getattr(config, name)}")
+    return command + inner + config.training_flags
+
+
+def check_output_mounted(config: LaunchConfig) -> None:
+    """The container's files go with it (--rm): --output_dir must be in the --results_dir mount."""
+    output_dir = passed_value(config.training_flags, "output_dir")
+    if output_dir is None and config.recipe:
+        output_dir = read_recipe(config.recipe)[0].get("output_dir")
+    inside = output_dir is not None and os.path.commonpath(
+        ["/results", os.path.normpath(os.path.join(CONTAINER_REPO, output_dir))]) == "/results"
+    if not inside or not config.results_dir:
+        raise LaunchError(f"--output_dir={output_dir} would be lost with the container: pass "
+                          "--results_dir=HOST_DIR (mounted at /results) and --output_dir="
+                          "/results/NAME")
 
 
 def sbatch_script(config: LaunchConfig) -> str:
@@ -457,16 +502,21 @@ def _training_processes(root: psutil.Process) -> list:
     return [p for p in found if not any(is_training(c) for c in p.children())]
 
 
-def run_forwarding_stop_signals(command) -> int:
+def run_forwarding_stop_signals(command, container=False) -> int:
     """Runs `command`; a SIGTERM or SIGINT to this launcher reaches the training processes
     under it as SIGTERM, so they finish the update, save a checkpoint and exit 0. (horovodrun
     on a SIGTERM of its own kills its workers after 5 s and exits 1; mpirun ends the job.) The
-    command runs in its own session, so a terminal's Ctrl-C reaches only this launcher."""
+    command runs in its own session, so a terminal's Ctrl-C reaches only this launcher. A
+    `container` engine gets the SIGTERM itself and passes it to the container's first process
+    (docker/podman run --sig-proxy, their default): training, or this launcher again."""
     proc = subprocess.Popen(command, start_new_session=True)
 
     def forward(signum, frame):
         print(f"launch: {signal.Signals(signum).name}: asking the training processes to save "
               "and stop (again to stop at once)", file=sys.stderr, flush=True)
+        if container:
+            proc.terminate()
+            return
         for child in _training_processes(psutil.Process(proc.pid)):
             child.terminate()
 
@@ -507,8 +557,8 @@ def launch(config: LaunchConfig) -> int:
         print(f"launch: error: {command[0]} not found on PATH: activate the environment that "
               "has it (source .venv/bin/activate) or use --dry_run", file=sys.stderr)
         return 2
-    if config.launcher in ("horovodrun", "mpirun"):
-        return run_forwarding_stop_signals(command)
+    if config.launcher in ("horovodrun", "mpirun", "docker"):
+        return run_forwarding_stop_signals(command, container=config.launcher == "docker")
     return subprocess.call(command)
 
 

@@ -141,6 +141,14 @@ def test_other_import_error_says_how_to_install():
                     "bash install/setup_env.sh)")
 
 
+def test_tokenizers_stand_in_for_a_missing_tensorflow_text():
+    # NGC's Python 3.12 images: no tensorflow-text, tokenizers installed (the same ids).
+    check = doctor.check_tokenizer("ModuleNotFoundError: No module named 'tensorflow_text'")
+    assert check.status == doctor.OK
+    assert check.line().startswith("OK   tokenizer: Hugging Face tokenizers ")
+    assert doctor.check_tokenizer(None).line() == "OK   tokenizer: tensorflow-text"
+
+
 def test_horovod_without_tensorflow_fails():
     check = doctor.check_horovod_build(
         "0.28.1", {"TensorFlow": False},

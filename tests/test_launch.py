@@ -103,7 +103,8 @@ def test_mpirun_forwards_nccl_and_horovod_settings_and_names_nccls_interface(cap
     monkeypatch.setenv("NCCL_IB_HCA", "mlx5_0")
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "67108864")
     _, out, _ = dry_run(capsys, launcher="mpirun", num_gpus=8, hosts=["n1", "n2"],
-                        network_interface=["ib0"], allow_run_as_root=False)
+                        network_interface=["ib0"], allow_run_as_root=False, training_flags=DATA,
+                        recipe="launch/recipes/bert_base_phase1.flags")
     command = command_of(out)
     tail = command[command.index("^openib") + 1:command.index("python")]
     assert tail == ["-x", "HOROVOD_FUSION_THRESHOLD", "-x", "NCCL_IB_HCA",
@@ -112,7 +113,8 @@ def test_mpirun_forwards_nccl_and_horovod_settings_and_names_nccls_interface(cap
     # A NCCL_SOCKET_IFNAME of the user's own is forwarded as it is.
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=ib1")
     _, out, _ = dry_run(capsys, launcher="mpirun", num_gpus=8, hosts=["n1", "n2"],
-                        network_interface=["ib0"], allow_run_as_root=False)
+                        network_interface=["ib0"], allow_run_as_root=False, training_flags=DATA,
+                        recipe="launch/recipes/bert_base_phase1.flags")
     command = command_of(out)
     assert "NCCL_SOCKET_IFNAME" in command and "NCCL_SOCKET_IFNAME=ib0" not in command
 
@@ -151,20 +153,46 @@ def test_slurm_in_a_container_uses_the_image_paths(capsys):
 def test_docker_run_of_our_image(capsys):
     _, out, _ = dry_run(capsys, launcher="docker", num_gpus=8, data_dir="/mnt/data",
                         results_dir="/mnt/results", recipe="launch/recipes/bert_large_phase2.flags",
+                        container_user="1000:1001",
                         training_flags=["--input_files=/data/p2/*", "--output_dir=/results/p2"])
+    # Our launcher again inside: it computes the accumulation and forwards stop signals.
     assert command_of(out) == [
-        "docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--ulimit", "memlock=-1",
-        "--ulimit", "stack=67108864", "-v", "/mnt/data:/data", "-v", "/mnt/results:/results",
-        "bert_tf", "horovodrun", "-np", "8", "-H", "localhost:8", "python",
-        "/workspace/bert_tf/run_pretraining.py",
-        "--flagfile=/workspace/bert_tf/launch/recipes/bert_large_phase2.flags",
-        "--num_accumulation_steps=256", "--input_files=/data/p2/*", "--output_dir=/results/p2"]
+        "docker", "run", "--rm", "-u", "1000:1001", "--gpus", "all", "--ipc=host", "--ulimit",
+        "memlock=-1", "--ulimit", "stack=67108864", "-v", "/mnt/data:/data", "-v",
+        "/mnt/results:/results", "bert_tf", "python", "/workspace/bert_tf/launch/launch.py",
+        "--launcher=horovodrun", "--num_gpus=8",
+        "--recipe=/workspace/bert_tf/launch/recipes/bert_large_phase2.flags",
+        "--input_files=/data/p2/*", "--output_dir=/results/p2"]
     one = command_of(dry_run(capsys, launcher="docker", ipc_host=False, image="bert_tf:dev",
-                             recipe="launch/recipes/bert_base_phase1.flags",
-                             training_flags=DATA)[1])
-    assert one[:10] == ["docker", "run", "--rm", "--gpus", "all", "--shm-size=1g", "--ulimit",
-                        "memlock=-1", "--ulimit", "stack=67108864"]
-    assert one[10:13] == ["bert_tf:dev", "python", "/workspace/bert_tf/run_pretraining.py"]
+                             results_dir="r", recipe="launch/recipes/bert_base_phase1.flags",
+                             training_flags=["--input_files=/data/x", "--output_dir=/results/x"])[1])
+    assert one[:3] == ["docker", "run", "--rm"] and one[3:5] == ["-u", f"{os.getuid()}:{os.getgid()}"]
+    assert one[5:12] == ["--gpus", "all", "--shm-size=1g", "--ulimit", "memlock=-1", "--ulimit",
+                         "stack=67108864"]
+    assert one[14:17] == ["bert_tf:dev", "python", "/workspace/bert_tf/run_pretraining.py"]
+    assert one[-2:] == ["--input_files=/data/x", "--output_dir=/results/x"]
+
+
+def test_podman_gets_gpus_through_cdi_and_cpu_runs_none(capsys):
+    flags = dict(launcher="docker", results_dir="r", recipe="launch/recipes/bert_base_phase1.flags",
+                 training_flags=["--input_files=/data/x", "--output_dir=/results/x"])
+    podman = command_of(dry_run(capsys, container_engine="/usr/bin/podman", **flags)[1])
+    assert podman[0] == "/usr/bin/podman" and podman[5:7] == ["--device", "nvidia.com/gpu=all"]
+    cpu = command_of(dry_run(capsys, container_engine="podman", container_gpus=False,
+                             container_ulimits=[], forward_env=["OMP_NUM_THREADS"], **flags)[1])
+    assert "--device" not in cpu and "--gpus" not in cpu and "--ulimit" not in cpu
+    assert cpu[cpu.index("-e") + 1] == "OMP_NUM_THREADS"
+
+
+@pytest.mark.parametrize("results_dir, output_dir", [
+    (None, "/results/x"), ("r", None), ("r", "/tmp/x"), ("r", "out"), ("r", "/results/../x")])
+def test_docker_output_outside_the_results_mount_is_refused(capsys, results_dir, output_dir):
+    # Files written elsewhere in the container are removed with it (docker run --rm).
+    flags = [f"--output_dir={output_dir}"] if output_dir else []
+    code, out, err = dry_run(capsys, launcher="docker", results_dir=results_dir,
+                             training_flags=flags)
+    assert code == 2 and not out
+    assert f"--output_dir={output_dir} would be lost with the container: pass --results_dir" in err
 
 
 def test_bad_launches_say_what_to_change(capsys):

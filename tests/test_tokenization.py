@@ -1,6 +1,8 @@
-"""Tokenizer: exact ids against the reference model's tokenizer output, and equality with a
-plain-Python transcription of Google's BasicTokenizer + WordPiece algorithm on real corpora."""
+"""Tokenizer, on both backends (tensorflow-text and `tokenizers`): exact ids against the
+reference model's tokenizer output, and equality with a plain-Python transcription of Google's
+BasicTokenizer + WordPiece algorithm on real corpora."""
 
+import functools
 import json
 import unicodedata
 
@@ -9,15 +11,21 @@ import pytest
 
 from bert_tf.data.tokenization import FullTokenizer, VocabError
 
+# Every test runs on both backends: tensorflow-text, and `tokenizers` for images without it.
+BACKENDS = ["tensorflow_text", "tokenizers"]
+VOCABS = {"uncased": ("vocab/bert-base-uncased.txt", True),
+          "cased": ("vocab/bert-base-cased.txt", False)}
 
-@pytest.fixture(scope="module")
-def uncased(shared_data):
-    return FullTokenizer(shared_data / "vocab/bert-base-uncased.txt", do_lower_case=True)
+
+@functools.cache
+def tokenizer_of(shared_data, name, backend):
+    vocab, do_lower_case = VOCABS[name]
+    return FullTokenizer(shared_data / vocab, do_lower_case=do_lower_case, backend=backend)
 
 
-@pytest.fixture(scope="module")
-def cased(shared_data):
-    return FullTokenizer(shared_data / "vocab/bert-base-cased.txt", do_lower_case=False)
+@pytest.fixture(scope="module", params=BACKENDS)
+def uncased(shared_data, request):
+    return tokenizer_of(shared_data, "uncased", request.param)
 
 
 def test_reference_input_ids(uncased, shared_data):
@@ -107,16 +115,18 @@ def google_tokenize(text, vocab, do_lower_case):
     return tokens
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("corpus, tokenizer_name", [
     ("gutenberg/carroll-alice.txt", "uncased"),
     ("gutenberg/carroll-alice.txt", "cased"),
     ("ja/debian-reference.ja.txt", "uncased"),
     ("ko/installation-guide.ko.txt", "cased"),
 ])
-def test_matches_google_algorithm(corpus, tokenizer_name, shared_data, request):
-    tokenizer = request.getfixturevalue(tokenizer_name)
+def test_matches_google_algorithm(corpus, tokenizer_name, backend, shared_data):
+    tokenizer = tokenizer_of(shared_data, tokenizer_name, backend)
     lines = (shared_data / "corpora" / corpus).read_text(encoding="utf-8").splitlines()[:3000]
     lines += ["Ünïcödé  naïve café\u00a0x\u200by\x07z", "ᴵᴺᵀᵃ 力加 $5+3^2 `q`", "a" * 101,
+              "line\u2028sep para\u2029sep nel\x85x ogham\u1680space",
               "x," + "é" * 101 + "力" + "b" * 101 + " " + "c" * 100,
               "d" * 150 + " " + "e" * 200 + " " + "f" * 201, "x," + "é" * 201 + "力" + "g" * 199]
     ours = tokenizer.tokenize_batch(lines)
@@ -144,3 +154,17 @@ def test_vocab_missing_special_token(tmp_path):
         FullTokenizer(vocab)
     with pytest.raises(VocabError, match="cannot read vocab file"):
         FullTokenizer(tmp_path / "missing.txt")
+
+
+def test_backends_give_the_same_ids_on_real_text(shared_data):
+    text = (shared_data / "corpora/ko/installation-guide.ko.txt").read_text(encoding="utf-8")
+    lines = text.splitlines()[3000:5000] + ["", "   ", "a\u2028b"]
+    ids = [tokenizer_of(shared_data, "uncased", name).tokenize_ids_batch(lines)
+           for name in BACKENDS]
+    np.testing.assert_array_equal(ids[0][0], ids[1][0])
+    np.testing.assert_array_equal(ids[0][1], ids[1][1])
+
+
+def test_unknown_backend(shared_data):
+    with pytest.raises(ValueError, match="unknown tokenizer backend 'spacy'"):
+        FullTokenizer(shared_data / "vocab/bert-base-uncased.txt", backend="spacy")

@@ -1,10 +1,14 @@
-"""BERT tokenization (basic + WordPiece) with a fast batch path through tensorflow-text.
+"""BERT tokenization (basic + WordPiece) with a fast batch path through tensorflow-text, or
+Hugging Face `tokenizers` where tensorflow-text is not installed (the same ids).
 
 Text is normalised in Python exactly as Google's BasicTokenizer does (drop control characters
 and U+FFFD, map whitespace to a space, and when uncased: lower-case, NFD, drop combining marks),
 then tensorflow-text's FastBertTokenizer splits on whitespace, punctuation and CJK characters and
 applies WordPiece. tensorflow-text's own lower-casing is NFKC case folding, which maps characters
 such as U+1D35 (modifier letter capital I) to "i" where Google's keeps them, so it is not used.
+tensorflow-text has no wheel for some TensorFlow builds (NVIDIA's NGC images run Python 3.12,
+for which it publishes no 2.17 wheel); there a regular expression does Google's splitting and
+`tokenizers`' WordPiece model the rest.
 
 TensorFlow is imported where a FullTokenizer is built, not with this module: load_vocab and
 normalize_text users (build_vocab, the parent process of a multi-worker create_pretraining_data
@@ -12,6 +16,7 @@ run) stay free of its start-up, about 10 CPU-seconds.
 """
 
 import functools
+import re
 import sys
 import unicodedata
 
@@ -127,13 +132,79 @@ def normalize_text(text, do_lower_case):
     return text
 
 
+_BACKENDS = ("tensorflow_text", "tokenizers")
+
+
+def default_backend():
+    """tensorflow_text where it imports, else tokenizers."""
+    try:
+        import tensorflow_text  # noqa: F401
+    except ImportError:
+        return "tokenizers"
+    return "tensorflow_text"
+
+
+def _tf_text_wordpiece(vocab_list):
+    """normalised texts -> (flat ids, row splits) with tensorflow-text's FastBertTokenizer."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    tokenizer = tf_text.FastBertTokenizer(
+        vocab=vocab_list, token_out_type=tf.int32, unknown_token="[UNK]",
+        no_pretokenization=False, lower_case_nfd_strip_accents=False,
+        max_bytes_per_word=4 * MAX_CHARS_PER_WORD)
+
+    def tokenize(texts):
+        ragged = tokenizer.tokenize(texts)
+        return ragged.flat_values.numpy(), ragged.row_splits.numpy()
+    return tokenize
+
+
+@functools.cache
+def _word_pattern():
+    """A word of Google's BasicTokenizer in normalised text: one splitting character
+    (punctuation or CJK, as _splits_word) or a run of others. Words end at what Python's
+    str.split() (Google's whitespace_tokenize) splits on that normalize_text leaves: the space
+    and the line and paragraph separators U+2028 and U+2029."""
+    ranges = [(lo, hi) for lo, hi in _CJK_RANGES]
+    for cp in range(128, sys.maxunicode + 1):
+        if unicodedata.category(chr(cp)).startswith("P"):
+            if ranges[-1][1] == cp - 1:
+                ranges[-1] = (ranges[-1][0], cp)
+            else:
+                ranges.append((cp, cp))
+    ascii_punctuation = [chr(cp) for cp in range(33, 127) if _splits_word(chr(cp))]
+    split_class = "".join(map(re.escape, ascii_punctuation)) + "".join(
+        f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in ranges)
+    return re.compile(f"[{split_class}]|[^ \u2028\u2029{split_class}]+")
+
+
+def _hf_wordpiece(vocab_list):
+    """normalised texts -> (flat ids, row splits): our split, `tokenizers`' WordPiece."""
+    from tokenizers import Tokenizer, models
+
+    vocab = {}
+    for index, token in enumerate(vocab_list):
+        vocab.setdefault(token, index)
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]",
+                                           max_input_chars_per_word=MAX_CHARS_PER_WORD))
+    pattern = _word_pattern()
+
+    def tokenize(texts):
+        encodings = tokenizer.encode_batch([pattern.findall(t) for t in texts],
+                                           is_pretokenized=True, add_special_tokens=False)
+        ids = [e.ids for e in encodings]
+        row_splits = np.zeros([len(ids) + 1], np.int64)
+        np.cumsum([len(i) for i in ids], out=row_splits[1:])
+        return np.fromiter((i for row in ids for i in row), np.int32, row_splits[-1]), row_splits
+    return tokenize
+
+
 class FullTokenizer:
-    """Google's FullTokenizer interface; `tokenize_ids_batch` is the fast path."""
+    """Google's FullTokenizer interface; `tokenize_ids_batch` is the fast path. `backend`:
+    "tensorflow_text" or "tokenizers" (same ids); default: tensorflow_text where it imports."""
 
-    def __init__(self, vocab_file, do_lower_case=True):
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
+    def __init__(self, vocab_file, do_lower_case=True, backend=None):
         self.vocab_file = str(vocab_file)
         self.do_lower_case = do_lower_case
         self.vocab = load_vocab(vocab_file)
@@ -144,19 +215,17 @@ class FullTokenizer:
         self.cls_id = self.vocab["[CLS]"]
         self.sep_id = self.vocab["[SEP]"]
         self.mask_id = self.vocab["[MASK]"]
-        self._tf_tokenizer = tf_text.FastBertTokenizer(
-            vocab=[self.inv_vocab.get(i, "[UNK]") for i in range(self.vocab_size)],
-            token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=False,
-            lower_case_nfd_strip_accents=False, max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
-        )
+        self.backend = backend or default_backend()
+        if self.backend not in _BACKENDS:
+            raise ValueError(f"unknown tokenizer backend {self.backend!r}: one of {_BACKENDS}")
+        build = _tf_text_wordpiece if self.backend == "tensorflow_text" else _hf_wordpiece
+        self._wordpiece = build([self.inv_vocab.get(i, "[UNK]") for i in range(self.vocab_size)])
 
     def tokenize_ids_batch(self, texts):
         """Token ids of many strings at once -> (flat_ids int32 [N], row_splits int64 [len+1])."""
         if not texts:
             return np.zeros([0], np.int32), np.zeros([1], np.int64)
-        normalized = [normalize_text(t, self.do_lower_case) for t in texts]
-        ragged = self._tf_tokenizer.tokenize(normalized)
-        return ragged.flat_values.numpy(), ragged.row_splits.numpy()
+        return self._wordpiece([normalize_text(t, self.do_lower_case) for t in texts])
 
     def tokenize_ids(self, text):
         flat_ids, _ = self.tokenize_ids_batch([text])

@@ -142,7 +142,7 @@ def describe(env: Environment) -> list[str]:
     lines.append(f"TensorFlow {env.tf_version}" if env.tf_version
                  else "TensorFlow: does not import")
     lines.append(f"tensorflow-text {env.tf_text_version}" if env.tf_text_version
-                 else "tensorflow-text: does not import")
+                 else "tensorflow-text: does not import (the tokenizer uses tokenizers)")
     gpus = ", ".join(env.tf_gpus) if env.tf_gpus else "none (CPU only)"
     lines.append(f"GPUs visible to TensorFlow: {len(env.tf_gpus)}: {gpus}")
     if env.smi_gpus:
@@ -269,6 +269,19 @@ def check_xla_libdevice(gpu_count: int, environ, roots=None) -> Check:
                  "holding nvvm/libdevice), or pip install nvidia-cuda-nvcc-cu12")
 
 
+def check_tokenizer(tf_text_error: str | None) -> Check:
+    """tensorflow-text, or Hugging Face tokenizers where it does not import (NGC's Python 3.12
+    has no tensorflow-text 2.17 wheel): the same ids (bert_tf/data/tokenization.py)."""
+    if tf_text_error is None:
+        return Check(OK, "tokenizer", "tensorflow-text")
+    try:
+        version = importlib.metadata.version("tokenizers")
+    except importlib.metadata.PackageNotFoundError:
+        return check_import("tensorflow_text", tf_text_error)
+    return Check(OK, "tokenizer", f"Hugging Face tokenizers {version} (tensorflow-text does "
+                 "not import; the same ids)")
+
+
 def check_onednn(enabled: bool | None, gpu_count: int) -> Check:
     name = "oneDNN CPU kernels"
     if gpu_count or enabled is None:
@@ -285,8 +298,7 @@ def check_onednn(enabled: bool | None, gpu_count: int) -> Check:
 
 
 def environment_checks(env: Environment, environ) -> list[Check]:
-    checks = [check_import("tensorflow", env.tf_error),
-              check_import("tensorflow_text", env.tf_text_error)]
+    checks = [check_import("tensorflow", env.tf_error), check_tokenizer(env.tf_text_error)]
     checks.append(check_gpu_visibility(env.tf_gpus, env.smi_gpus, environ))
     checks.append(check_cuda_launch_blocking(environ, env.gpu_count))
     if env.tf_error:
