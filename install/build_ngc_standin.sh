@@ -86,8 +86,11 @@ cp "$WHEEL" "$ROOT/tmp/wheels/"
 grep -E '^(tensorflow-cpu|numpy|keras)[=<>]' "$PINS" > "$ROOT/tmp/wheels/requirements.txt"
 # Horovod's run-time dependencies, which NGC also ships.
 printf '%s\n' cloudpickle psutil pyyaml packaging >> "$ROOT/tmp/wheels/requirements.txt"
+# Wheels for bookworm's glibc 2.36: TF 2.17 ships manylinux2014 (= 2_17) wheels, TF 2.21 2_27.
+PLATFORMS=()
+for glibc in 17 27 28 31 34; do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done
 "${PYTHON:-python3.11}" -m pip download -q --disable-pip-version-check --only-binary=:all: \
-  --python-version 3.11 --platform manylinux2014_x86_64 -d "$ROOT/tmp/wheels" \
+  --python-version 3.11 "${PLATFORMS[@]}" -d "$ROOT/tmp/wheels" \
   -r "$ROOT/tmp/wheels/requirements.txt" || fail "pip download (TensorFlow $TF_VERSION)"
 rm -f "$ROOT"/usr/lib/python3*/EXTERNALLY-MANAGED
 chroot "$ROOT" python3 -m pip install -q --no-cache-dir --no-index --find-links /tmp/wheels \
