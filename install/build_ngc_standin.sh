@@ -86,9 +86,10 @@ cp "$WHEEL" "$ROOT/tmp/wheels/"
 grep -E '^(tensorflow-cpu|numpy|keras)[=<>]' "$PINS" > "$ROOT/tmp/wheels/requirements.txt"
 # Horovod's run-time dependencies, which NGC also ships.
 printf '%s\n' cloudpickle psutil pyyaml packaging >> "$ROOT/tmp/wheels/requirements.txt"
-# Wheels for bookworm's glibc 2.36, whatever manylinux tag each has (TF 2.21: 2_27; libclang: 2010).
-PLATFORMS=()
-for glibc in 5 12 17 27 28 31 34; do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done
+# Wheels for bookworm's glibc 2.36, whatever manylinux tag each has: pip widens
+# manylinux2014 to 2010 and 1 (libclang), not to the glibc 2.27+ tags of TF 2.21.
+PLATFORMS=(--platform manylinux2014_x86_64)
+for glibc in 27 28 31 34; do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done
 "${PYTHON:-python3.11}" -m pip download -q --disable-pip-version-check --only-binary=:all: \
   --python-version 3.11 "${PLATFORMS[@]}" -d "$ROOT/tmp/wheels" \
   -r "$ROOT/tmp/wheels/requirements.txt" || fail "pip download (TensorFlow $TF_VERSION)"
