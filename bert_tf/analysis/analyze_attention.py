@@ -186,7 +186,7 @@ def _pad(rows, length, value=0):
     return np.array([row + [value] * (length - len(row)) for row in rows], dtype=np.int32)
 
 
-def _features(segments, tokenizer, max_seq_length):
+def segment_features(segments, tokenizer, max_seq_length):
     return {
         "input_ids": _pad([tokenizer.convert_tokens_to_ids(s.tokens) for s in segments],
                           max_seq_length, tokenizer.pad_id),
@@ -246,7 +246,7 @@ def make_gradient_fn(model):
 # Running the analysis
 
 
-def _batches(items, size):
+def batches_of(items, size):
     for start in range(0, len(items), size):
         yield items[start:start + size]
 
@@ -279,7 +279,7 @@ def analyse(args):
 
     def attention_maps(batch):
         """Token-level maps of each segment in the batch, [layers, heads, n, n]."""
-        features = _features(batch, tokenizer, args.max_seq_length)
+        features = segment_features(batch, tokenizer, args.max_seq_length)
         maps = attention_fn(**features).numpy()
         return [maps[:, b, :, :len(s.tokens), :len(s.tokens)] for b, s in enumerate(batch)]
 
@@ -312,7 +312,7 @@ def _text_report(segments, args, layers, heads, attention_maps):
     head_stats = statistics.HeadStatistics(layers, heads)
     distances = statistics.HeadDistances(layers * heads, args.js_rows_per_segment, args.seed)
     example = None
-    for batch in tqdm(list(_batches(segments, args.batch_size)), desc="attention",
+    for batch in tqdm(list(batches_of(segments, args.batch_size)), desc="attention",
                       unit="batch", file=sys.stderr):
         for segment, maps in zip(batch, attention_maps(batch), strict=True):
             tokens = segment.tokens
@@ -361,10 +361,10 @@ def _mlm_gradients(model, segments, tokenizer, args, layers, heads):
     max_predictions = max(1, math.ceil(MASKED_LM_FRACTION * args.max_seq_length))
     rng = np.random.default_rng(args.seed)
     gradients = statistics.AttentionGradients(layers, heads)
-    for batch in tqdm(list(_batches(segments, args.batch_size)), desc="MLM gradient",
+    for batch in tqdm(list(batches_of(segments, args.batch_size)), desc="MLM gradient",
                       unit="batch", file=sys.stderr):
-        features = _mask_for_gradient(_features(batch, tokenizer, args.max_seq_length), batch,
-                                      tokenizer, max_predictions, rng)
+        features = segment_features(batch, tokenizer, args.max_seq_length)
+        features = _mask_for_gradient(features, batch, tokenizer, max_predictions, rng)
         grads = gradient_fn(features).numpy()
         for b, segment in enumerate(batch):
             n = len(segment.tokens)
@@ -379,7 +379,7 @@ def _dependency_report(sentences, tokenizer, args, layers, heads, attention_maps
         raise AnalysisError(f"--conllu={args.conllu}: every sentence is longer than "
                             f"--max_seq_length={args.max_seq_length} word pieces")
     accuracy = statistics.DependencyAccuracy(layers, heads)
-    for batch in tqdm(list(_batches(segments, args.batch_size)), desc="dependencies",
+    for batch in tqdm(list(batches_of(segments, args.batch_size)), desc="dependencies",
                       unit="batch", file=sys.stderr):
         for segment, maps in zip(batch, attention_maps(batch), strict=True):
             accuracy.add(statistics.to_word_attention(maps, segment.word_ids), segment.sentence)
@@ -402,7 +402,7 @@ def _json_safe(value):
     return value
 
 
-def _write_csv(path, header, rows):
+def write_csv(path, header, rows):
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(header)
@@ -411,7 +411,7 @@ def _write_csv(path, header, rows):
 
 def _write_layer_head_table(path, table):
     heads = len(table[0])
-    _write_csv(path, ["layer", *[f"head_{h + 1}" for h in range(heads)]],
+    write_csv(path, ["layer", *[f"head_{h + 1}" for h in range(heads)]],
                [[layer + 1, *row] for layer, row in enumerate(table)])
 
 
@@ -425,15 +425,15 @@ def _write_tables(report, directory):
         _write_layer_head_table(os.path.join(directory, "behaviours.csv"), report["behaviours"])
         heads = report["model"]["num_heads"]
         labels = [f"{i // heads + 1}-{i % heads + 1}" for i in range(len(report["mds"]))]
-        _write_csv(os.path.join(directory, "js_divergence.csv"), ["head", *labels],
+        write_csv(os.path.join(directory, "js_divergence.csv"), ["head", *labels],
                    [[label, *row] for label, row in zip(labels, report["js_divergence"],
                                                         strict=True)])
-        _write_csv(os.path.join(directory, "mds.csv"), ["head", "layer", "x", "y"],
+        write_csv(os.path.join(directory, "mds.csv"), ["head", "layer", "x", "y"],
                    [[label, i // heads + 1, *xy]
                     for i, (label, xy) in enumerate(zip(labels, report["mds"], strict=True))])
     if report.get("dependency"):
         rows = report["dependency"]["relations"]
-        _write_csv(os.path.join(directory, "dependency.csv"), list(rows[0]),
+        write_csv(os.path.join(directory, "dependency.csv"), list(rows[0]),
                    [list(row.values()) for row in rows])
 
 

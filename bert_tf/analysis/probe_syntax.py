@@ -29,12 +29,12 @@ import bert_tf
 from bert_tf.analysis import plots, probes, statistics
 from bert_tf.analysis.analyze_attention import (
     AnalysisError,
-    _batches,
-    _features,
-    _write_csv,
+    batches_of,
     conllu_segments,
     define_checkpoint_flags,
     load_model,
+    segment_features,
+    write_csv,
 )
 from bert_tf.data.conllu import ConlluError, read_conllu
 from bert_tf.data.tokenization import FullTokenizer, VocabError
@@ -132,12 +132,12 @@ def word_level_outputs(model, segments, tokenizer, batch_size):
     forward = make_forward_fn(model)
     order = sorted(range(len(segments)), key=lambda i: len(segments[i].tokens))
     outputs = [None] * len(segments)
-    for batch in tqdm(list(_batches(order, batch_size)), desc="model", unit="batch",
+    for batch in tqdm(list(batches_of(order, batch_size)), desc="model", unit="batch",
                       file=sys.stderr):
         longest = max(len(segments[i].tokens) for i in batch)
         length = -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET
-        attention, states = forward(**_features([segments[i] for i in batch], tokenizer,
-                                                length))
+        features = segment_features([segments[i] for i in batch], tokenizer, length)
+        attention, states = forward(**features)
         attention, states = attention.numpy(), states.numpy()
         for b, i in enumerate(batch):
             n, word_ids = len(segments[i].tokens), segments[i].word_ids
@@ -305,12 +305,12 @@ def _write_json(path, value):
 def _write_files(report, weights, directory):
     _write_json(os.path.join(directory, "probes.json"), report)
     _write_json(os.path.join(directory, "head_weights.json"), weights)
-    _write_csv(os.path.join(directory, "uas.csv"), ["probe", "uas", "paper_bert_base_wsj"],
+    write_csv(os.path.join(directory, "uas.csv"), ["probe", "uas", "paper_bert_base_wsj"],
                [[name, value, PAPER_UAS.get(name, "")] for name, value in report["uas"].items()])
     upos = report["upos_accuracy"]
     if upos["trained"] is not None:
         random_init = upos["random_init"] or [""] * len(upos["trained"])
-        _write_csv(os.path.join(directory, "upos_by_layer.csv"),
+        write_csv(os.path.join(directory, "upos_by_layer.csv"),
                    ["layer", "trained", "random_init"],
                    [[layer, *values] for layer, values in
                     enumerate(zip(upos["trained"], random_init, strict=True))])

@@ -104,6 +104,10 @@ class InstanceSpec:
 
 
 _AWS = "https://aws.amazon.com/ec2/instance-types/{}/ and https://aws.amazon.com/ec2/pricing/on-demand/"
+_GCP = ("https://cloud.google.com/compute/docs/accelerator-optimized-machines#{}-vms and "
+        "https://cloud.google.com/compute/gpus-pricing")
+_AZURE = ("https://learn.microsoft.com/azure/virtual-machines/{} and "
+          "https://azure.microsoft.com/pricing/details/virtual-machines/linux/")
 INSTANCES = {i.name: i for i in (
     InstanceSpec("p3.2xlarge", "v100-16gb", 1, 8, 10, False, 3.06, _AWS.format("p3")),
     InstanceSpec("p3.8xlarge", "v100-16gb", 4, 32, 10, False, 12.24, _AWS.format("p3")),
@@ -119,23 +123,18 @@ INSTANCES = {i.name: i for i in (
     # 3,200 Gbps EFAv2.
     InstanceSpec("p5.48xlarge", "h100-sxm", 8, 192, 3200, True, 98.32, _AWS.format("p5")),
     InstanceSpec("a2-highgpu-1g", "a100-40gb", 1, 12, 24, False, 3.67,
-                 "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a2-vms "
-                 "and https://cloud.google.com/compute/gpus-pricing"),
+                 _GCP.format("a2")),
     InstanceSpec("a2-highgpu-8g", "a100-40gb", 8, 96, 100, False, 29.39,
-                 "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a2-vms "
-                 "and https://cloud.google.com/compute/gpus-pricing"),
+                 _GCP.format("a2")),
     # 1,000 Gbps in all, of which GPUDirect-TCPX's 4 x 200 Gbps NICs carry GPU traffic;
     # not RDMA.
     InstanceSpec("a3-highgpu-8g", "h100-sxm", 8, 208, 800, False, 88.25,
-                 "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-vms "
-                 "and https://cloud.google.com/compute/gpus-pricing"),
+                 _GCP.format("a3")),
     # NDv4: 8 x 200 Gb/s HDR InfiniBand; NDv5: 8 x 400 Gb/s NDR InfiniBand.
     InstanceSpec("ND96asr_v4", "a100-40gb", 8, 96, 1600, True, 27.197,
-                 "https://learn.microsoft.com/azure/virtual-machines/nda100-v4-series and "
-                 "https://azure.microsoft.com/pricing/details/virtual-machines/linux/"),
+                 _AZURE.format("nda100-v4-series")),
     InstanceSpec("ND96isr_H100_v5", "h100-sxm", 8, 96, 3200, True, 98.32,
-                 "https://learn.microsoft.com/azure/virtual-machines/nd-h100-v5-series and "
-                 "https://azure.microsoft.com/pricing/details/virtual-machines/linux/"),
+                 _AZURE.format("nd-h100-v5-series")),
 )}
 
 
