@@ -8,11 +8,12 @@ One optimizer update = `num_accumulation_steps` micro-batches on every rank
 (totals over all micro-batches of the update on all ranks) into local
 accumulators; then, divided by the rank's micro-batches and the loss scale,
 ONE allreduce averages them over ranks, so 2 ranks x batch b, 1 rank x batch
-2b and 2 micro-batches of b all take the same update. The totals come from the data (mask weights), before the forward
-pass, by a scalar allreduce. After the gradient allreduce: check finiteness
-(every rank sees the same sums, so every rank decides the same), clip to
-global norm 1.0, step; a non-finite update is skipped and lowers the loss
-scale (train/state.py says why the magnitudes are these).
+2b and 2 micro-batches of b all take the same update. The totals come from
+the data (mask weights), before the forward pass, by a scalar allreduce.
+After the gradient allreduce: check finiteness (every rank sees the same
+sums, so every rank decides the same), clip to global norm 1.0, step; a
+non-finite update is skipped and lowers the loss scale (train/state.py says
+why the magnitudes are these).
 
 Only rank 0 writes (report.Reporter). A checkpoint holds the model, optimizer
 slots, global step, loss scale and the input position, all by name; rerunning
