@@ -29,7 +29,6 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(REPO / "tests"))
 import common  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 BATCH, SEQ, PREDICTIONS = 4, 128, 20
 
 
@@ -45,31 +44,9 @@ def child(args) -> None:
         common.print_json(record)
 
 
-def shape_link(cluster, rate_mbit):
-    """Egress of both nodes' interfaces at `rate_mbit` (None: unshaped)."""
-    from cluster import INTERFACE, _run
-
-    for node in cluster.nodes.values():
-        prefix = ["ip", "netns", "exec", node.netns, "tc", "qdisc"]
-        if rate_mbit is None:
-            _run([*prefix, "replace", "dev", INTERFACE, "root", "pfifo_fast"])
-        else:
-            # A token bucket (netem is not in every kernel): long transfers run at the rate.
-            _run([*prefix, "replace", "dev", INTERFACE, "root", "tbf", "rate",
-                  f"{rate_mbit:g}mbit", "burst", "64kb", "latency", "200ms"])
-
-
 def measure(cluster, rate_mbit, repeats):
-    from cluster import INTERFACE
-
-    shape_link(cluster, rate_mbit)
-    env = {**common.set_thread_env(1), "PATH": f"{VENV_BIN}:{cluster.path_env()}",
-           "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    cmd = cluster.command("nodeA", [
-        VENV_BIN / "horovodrun", "-np", "4", "-H", "nodeA:2,nodeB:2", "--gloo",
-        "--network-interfaces", INTERFACE, "--ssh-identity-file", cluster.key,
-        sys.executable, HERE, "--child", "--repeats", str(repeats)], cwd=REPO)
-    records = common.run_json([str(c) for c in cmd], env=env, timeout=1800)
+    cluster.shape_egress(rate_mbit)
+    records = common.run_json_on_cluster(cluster, HERE, ["--child", "--repeats", str(repeats)])
     failed = [r["error"] for r in records if "error" in r]
     if failed:
         raise RuntimeError(f"2x2 run at {rate_mbit} Mbit/s failed: {failed[0]}")

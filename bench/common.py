@@ -239,6 +239,22 @@ def run_json(cmd, *, env=None, timeout=1800, cwd=None):
     return records
 
 
+def run_json_on_cluster(cluster, script, child_args, *, timeout=1800):
+    """`script child_args` as 2 nodes x 2 Horovod ranks (Gloo) on tests/cluster.py's
+    simulated cluster, launched from nodeA over its interface only; the records of
+    run_json (tests/ must be on sys.path, as the cluster is)."""
+    from cluster import INTERFACE
+
+    venv_bin = Path(sys.executable).parent
+    env = {**set_thread_env(1), "PATH": f"{venv_bin}:{cluster.path_env()}",
+           "PYTHONPATH": str(Path(script).resolve().parents[1]), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cmd = cluster.command("nodeA", [
+        venv_bin / "horovodrun", "-np", "4", "-H", "nodeA:2,nodeB:2", "--gloo",
+        "--network-interfaces", INTERFACE, "--ssh-identity-file", cluster.key,
+        sys.executable, script, *child_args], cwd=Path(script).resolve().parents[1])
+    return run_json(cmd, env=env, timeout=timeout)
+
+
 def markdown_table(headers, rows):
     """A Markdown table; None cells print as '-'."""
     def cell(value):

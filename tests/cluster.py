@@ -245,6 +245,19 @@ class Cluster:
             node.sshd.wait(timeout=10)
         return killed
 
+    def shape_egress(self, rate_mbit: float | None):
+        """Every node's egress on INTERFACE paced at `rate_mbit` (None: unshaped again), so
+        traffic between nodes crosses a link of that rate."""
+        for node in self.nodes.values():
+            prefix = ["ip", "netns", "exec", node.netns, "tc", "qdisc", "replace", "dev",
+                      INTERFACE, "root"]
+            if rate_mbit is None:
+                _run([*prefix, "pfifo_fast"])
+            else:
+                # A token bucket (netem is not in every kernel): long transfers run at the rate.
+                _run([*prefix, "tbf", "rate", f"{rate_mbit:g}mbit", "burst", "64kb",
+                      "latency", "200ms"])
+
     def restart_node(self, node: Node | str):
         """Brings a killed node back: sshd again (same namespaces and address)."""
         node = self.nodes[node] if isinstance(node, str) else node
