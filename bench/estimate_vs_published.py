@@ -44,6 +44,8 @@ SYSTEMS = {
 }
 
 # readme:line system nodes gpus_per_node seq precision batch accumulation published_seq/s
+# TF1:861's FP32 cell (35.32) is inconsistent with its own table (weak scaling above linear,
+# the seq-512 mixed cell's figure, TF2:720 gives 49.97): the one miss, see bench/README.md.
 PUBLISHED = """
 TF2:720 dgx2 1 1 128 fp16 60 1024 206.5
 TF2:721 dgx2 1 4 128 fp16 60 256 789.75
