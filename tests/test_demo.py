@@ -1,0 +1,42 @@
+"""The demo's recipe and its downstream verdict (the demo itself runs in `make demo`)."""
+
+import collections
+
+from bert_tf.tools import demo
+
+
+def _flags(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.split("=", 1) for line in f.read().splitlines()
+                if line.startswith("--")]
+
+
+def test_recipe_sets_each_flag_once_and_keeps_every_budget_checkpoint(tmp_path):
+    recipe = demo.write_recipe(str(tmp_path), "c.json", {"train": "t*", "eval": "e*"},
+                               str(tmp_path / "model"), 2400, save_every=300, keep_all=True)
+    pairs = _flags(recipe)
+    counts = collections.Counter(name for name, *_ in pairs)
+    assert [name for name, n in counts.items() if n > 1] == []
+    values = dict(p for p in pairs if len(p) == 2)
+    assert values["--save_checkpoints_steps"] == "300"
+    assert values["--keep_checkpoint_max"] == "9"  # 300, 600, ..., 2400 and one spare
+    assert values["--num_warmup_steps"] == "200"
+
+
+def test_model_config_takes_the_vocab_size_from_the_vocab(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"t{i}\n" for i in range(123)))
+    from bert_tf.model.config import BertConfig
+
+    config = BertConfig.from_json_file(demo.write_model_config(str(tmp_path), str(vocab),
+                                                               num_hidden_layers=4))
+    assert (config.vocab_size, config.num_hidden_layers) == (123, 4)
+    assert config.hidden_size == demo.MODEL["hidden_size"]
+
+
+def test_downstream_verdict_needs_every_seed_ahead():
+    ahead = {"pretrained": [0.72, 0.74, 0.73], "random_init": [0.66, 0.70, 0.68],
+             "majority_baseline": 0.33}
+    assert "pretraining pays: +5.0 points" in demo.downstream_lines(ahead)[-1]
+    overlapping = {**ahead, "pretrained": [0.69, 0.74, 0.73]}
+    assert "does not pay here yet" in demo.downstream_lines(overlapping)[-1]
