@@ -17,7 +17,7 @@ PUNCT = "PUNCT"
 # The grid every dependency probe is tuned over (tune_and_train); 0.002 is Clark et al.'s
 # Adam rate (Syntax_Analysis.ipynb), which they used untuned on 20x our training sentences.
 LEARNING_RATES = (0.001, 0.003, 0.01, 0.03)
-L2_WEIGHTS = (0.0, 1e-4, 1e-3)
+L2_WEIGHTS = (0.0, 1e-3)
 MAX_EPOCHS = 20
 PATIENCE = 3  # passes without a better dev UAS before a setting's run stops
 DEV_FRACTION = 0.15  # of the training sentences, held out to pick the settings
