@@ -4,8 +4,9 @@ arXiv:1906.04341), section 5, and a per-layer part-of-speech probe of its word v
 Inputs are word-level numpy arrays per sentence (ProbeSentence), so this module knows
 nothing of checkpoints or files. A dependent word j chooses its head among candidates
 0 (the root) and 1..w (the words, 1-based as in CoNLL-U; never j itself). Every probe is
-trained with Adam at Clark et al.'s rate on the gold heads and scored as UAS: the share
-of scored words (gold head given, UPOS not PUNCT) whose argmax candidate is the gold head.
+trained with Adam on the gold heads by one rule, tune_and_train (rate, L2 and passes picked
+on a dev part of the training sentences), and scored as UAS: the share of scored words
+(gold head given, UPOS not PUNCT) whose argmax candidate is the gold head.
 """
 
 import dataclasses
