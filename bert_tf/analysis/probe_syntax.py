@@ -8,10 +8,10 @@
 Trains the dependency probes (attention, attention + word vectors, and the baselines) on
 the training sentences' gold heads, each with the learning rate, L2 weight and passes that
 do best on a dev part of the training sentences (one rule for all: probes.tune_and_train),
-and scores UAS on the evaluation sentences; trains a
-linear UPOS classifier on each layer's word vectors; repeats both on the same architecture
-from random initialisation. Writes probes.json, uas.csv, upos_by_layer.csv,
-head_weights.json and probes.png. See docs/attention.md.
+and scores UAS on the evaluation sentences; trains a linear UPOS classifier on each layer's
+word vectors; repeats both on the same architecture from random initialisation. Writes
+probes.json, uas.csv, upos_by_layer.csv, head_weights.json and probes.png. See
+docs/attention.md.
 """
 
 import dataclasses
@@ -86,7 +86,7 @@ class ProbeArgs:
 
 def check_args(args):
     """AnalysisError naming the flag when an argument cannot work."""
-    for flag in ("train_sentences", "batch_size", "max_epochs", "upos_steps"):
+    for flag in ("batch_size", "max_epochs", "upos_steps"):
         if getattr(args, flag) < 1:
             raise AnalysisError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     if not args.learning_rates or not all(rate > 0 for rate in args.learning_rates):
