@@ -54,7 +54,7 @@ def test_gold_head_attention_gives_full_uas():
         train = probes.make_batches(data[:3], {"attention", "vectors"}, batch_size=2)
         held_out = probes.make_batches(data[3:], {"attention", "vectors"}, batch_size=2)
         assert probes.probe_uas(probe, held_out) < 1.0  # untrained: no better than a tie
-        probes.train(probe, train, epochs=30, seed=0)
+        probes.train(probe, train, probes.TrainSettings(0.002, 0.0, epochs=30), seed=0)
         assert probes.probe_uas(probe, held_out) == 1.0, vector_dim
         if not vector_dim:  # the gold map gets the weight
             weights = probe_syntax.head_weights(probe, layers=1, heads=2)
@@ -69,16 +69,45 @@ def test_right_branching_equals_hand_count():
     assert probes.right_branching_uas(data) == pytest.approx(4 / 6)
 
 
+def right_branching_treebank(lengths, seed=1):
+    rng = np.random.default_rng(seed)
+    return [probes.ProbeSentence(probes.right_branching(n), np.ones(n, bool),
+                                 vectors=rng.normal(size=(n, 3))) for n in lengths]
+
+
 def test_distance_probe_learns_a_right_branching_treebank():
-    rng = np.random.default_rng(1)
-    data = [probes.ProbeSentence(probes.right_branching(n), np.ones(n, bool),
-                                 vectors=rng.normal(size=(n, 3)))
-            for n in (3, 5, 4, 7, 6, 2, 8)]
+    data = right_branching_treebank((3, 5, 4, 7, 6, 2, 8))
     train = probes.make_batches(data[:5], {"vectors", "distance"}, batch_size=2)
     held_out = probes.make_batches(data[5:], {"vectors", "distance"}, batch_size=2)
     probe = probes.DistanceProbe(vector_dim=3, seed=0)
-    probes.train(probe, train, epochs=40, seed=0)
+    dev_uas = probes.train(probe, train, probes.TrainSettings(0.01, 0.0, epochs=40), seed=0,
+                           dev_batches=held_out)
     assert probes.probe_uas(probe, held_out) == 1.0
+    # Early stopping: PATIENCE passes after the first perfect one, well before 40.
+    assert dev_uas[-probes.PATIENCE - 1] == 1.0 and len(dev_uas) < 40
+
+
+def test_split_dev_is_a_seeded_partition():
+    sentences = list(range(20))
+    fit, dev = probes.split_dev(sentences, 0.15, seed=3)
+    assert len(dev) == 3 and sorted(fit + dev) == sentences and fit == sorted(fit)
+    assert probes.split_dev(sentences, 0.15, seed=3) == (fit, dev)
+    assert len(probes.split_dev(sentences[:2], 0.9, seed=3)[0]) == 1  # never an empty fit
+
+
+def test_tuning_picks_the_setting_that_learns_on_dev():
+    data = right_branching_treebank((3, 5, 4, 7, 6, 2, 8, 5, 4, 6))
+    grid = probes.TuningGrid(learning_rates=(1e-7, 0.01), l2_weights=(0.0,), max_epochs=30,
+                             dev_fraction=0.3)
+    probe, chosen, results = probes.tune_and_train(
+        lambda: probes.DistanceProbe(vector_dim=3, seed=0), data, {"vectors", "distance"},
+        grid, seed=0)
+    assert [r["learning_rate"] for r in results] == [1e-7, 0.01]
+    assert max(results[0]["dev_uas"]) < 1.0 == max(results[1]["dev_uas"])
+    assert chosen.learning_rate == 0.01
+    assert chosen.epochs == int(np.argmax(results[1]["dev_uas"])) + 1
+    batches = probes.make_batches(data, {"vectors", "distance"}, batch_size=4)
+    assert probes.probe_uas(probe, batches) == 1.0  # retrained on all the sentences
 
 
 def test_upos_probe_separates_separable_classes():
@@ -106,7 +135,8 @@ def test_cli_writes_the_report(tiny_model, tmp_path):
     proc = run_command([PYTHON, "-m", "bert_tf", "probe_syntax",
                         *[f"--{k}={v}" for k, v in tiny_model.items()],
                         f"--train_conllu={conllu}", "--train_sentences=4",
-                        f"--output_dir={out}", "--epochs=2", "--upos_steps=5",
+                        f"--output_dir={out}", "--max_epochs=2", "--learning_rates=0.01",
+                        "--l2_weights=0", "--l2_weights=0.001", "--upos_steps=5",
                         "--batch_size=2", "--max_seq_length=32"],
                        env={"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
                             "TF_NUM_INTEROP_THREADS": "1"}, timeout=300)
@@ -118,6 +148,11 @@ def test_cli_writes_the_report(tiny_model, tmp_path):
     # "!", not the root: wrong; "!" is not scored).
     assert report["uas"]["right_branching"] == pytest.approx(2 / 5)
     assert set(report["uas"]) == set(probe_syntax.PROBE_NAMES)
+    # Every trained probe is tuned by the same rule over the same grid.
+    assert set(report["tuning"]) == set(probe_syntax.PROBE_NAMES) - {"right_branching"}
+    for tuning in report["tuning"].values():
+        assert [(r["learning_rate"], r["l2"]) for r in tuning["grid"]] == [(0.01, 0), (0.01, 0.001)]
+        assert tuning["chosen"]["epochs"] in (1, 2)
     assert all(0.0 <= v <= 1.0 for v in report["uas"].values())
     assert len(report["upos_accuracy"]["trained"]) == 3  # embeddings + 2 layers
     assert len(report["upos_accuracy"]["random_init"]) == 3
@@ -153,8 +188,11 @@ def test_bad_input_names_file_and_writes_nothing(tiny_model, tmp_path, content, 
 
 
 def test_bad_flag_is_named(tiny_model, tmp_path):
-    with pytest.raises(probe_syntax.AnalysisError, match="--epochs must be at least 1"):
-        probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x", epochs=0))
+    with pytest.raises(probe_syntax.AnalysisError, match="--max_epochs must be at least 1"):
+        probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x", max_epochs=0))
+    with pytest.raises(probe_syntax.AnalysisError, match="--l2_weights must be >= 0"):
+        probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x",
+                                      l2_weights=(0.0, -1.0)))
 
 
 def test_word_vectors_average_their_pieces():

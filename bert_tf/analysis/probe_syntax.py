@@ -6,10 +6,12 @@
         --train_conllu=gold.conllu [--eval_conllu=held_out.conllu] --output_dir=probe_report
 
 Trains the dependency probes (attention, attention + word vectors, and the baselines) on
-the training sentences' gold heads and scores UAS on the evaluation sentences; trains a
-linear UPOS classifier on each layer's word vectors; repeats both on the same architecture
-from random initialisation. Writes probes.json, uas.csv, upos_by_layer.csv,
-head_weights.json and probes.png. See docs/attention.md.
+the training sentences' gold heads, each with the learning rate, L2 weight and passes that
+do best on a dev part of the training sentences (one rule for all: probes.tune_and_train),
+and scores UAS on the evaluation sentences; trains a linear UPOS classifier on each layer's
+word vectors; repeats both on the same architecture from random initialisation. Writes
+probes.json, uas.csv, upos_by_layer.csv, head_weights.json and probes.png. See
+docs/attention.md.
 """
 
 import dataclasses
@@ -68,8 +70,10 @@ class ProbeArgs:
     max_eval_sentences: int = 0
     max_seq_length: int = 128
     batch_size: int = 32
-    epochs: int = 5
-    learning_rate: float = probes.LEARNING_RATE
+    learning_rates: tuple = probes.LEARNING_RATES
+    l2_weights: tuple = probes.L2_WEIGHTS
+    max_epochs: int = probes.MAX_EPOCHS
+    dev_fraction: float = probes.DEV_FRACTION
     upos_steps: int = 300
     do_lower_case: bool = True
     random_init: bool = True
@@ -82,11 +86,18 @@ class ProbeArgs:
 
 def check_args(args):
     """AnalysisError naming the flag when an argument cannot work."""
-    for flag in ("train_sentences", "batch_size", "epochs", "upos_steps"):
+    for flag in ("batch_size", "max_epochs", "upos_steps"):
         if getattr(args, flag) < 1:
             raise AnalysisError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
-    if not args.learning_rate > 0:
-        raise AnalysisError(f"--learning_rate must be positive, got {args.learning_rate}")
+    if not args.learning_rates or not all(rate > 0 for rate in args.learning_rates):
+        raise AnalysisError(f"--learning_rates must be positive, got {args.learning_rates}")
+    if not args.l2_weights or not all(l2 >= 0 for l2 in args.l2_weights):
+        raise AnalysisError(f"--l2_weights must be >= 0, got {args.l2_weights}")
+    if not 0 < args.dev_fraction < 1:
+        raise AnalysisError(f"--dev_fraction must be between 0 and 1, got {args.dev_fraction}")
+    if args.train_sentences < 2:
+        raise AnalysisError(f"--train_sentences must be at least 2 (one is held out as dev "
+                            f"to tune the probes), got {args.train_sentences}")
     if args.max_eval_sentences < 0:
         raise AnalysisError(f"--max_eval_sentences must be >= 0 (0 = all), got "
                             f"{args.max_eval_sentences}")
@@ -166,25 +177,36 @@ def random_init_model(config, seed):
 # Probes
 
 
+PROBE_INPUTS = {"attn": {"attention"}, "attn_and_vectors": {"attention", "vectors"},
+                "distance_and_vectors": {"vectors", "distance"}}
+
+
 def dependency_uas(train, held_out, args, with_baselines):
     """UAS of the attention probes (and, with_baselines, of distance + vectors and
-    right-branching) on held_out after training on train (lists of ProbeSentence);
-    returns ({name: UAS}, {name: trained probe})."""
-    inputs = {"attention", "vectors"} | ({"distance"} if with_baselines else set())
-    train_batches = probes.make_batches(train, inputs, batch_size=1)  # as Clark et al.
-    eval_batches = probes.make_batches(held_out, inputs, args.batch_size)
+    right-branching) on held_out after training on train (lists of ProbeSentence), each
+    probe tuned by the same rule (probes.tune_and_train) on a dev part of train.
+
+    Returns:
+      ({name: UAS}, {name: trained probe}, {name: {"chosen": settings, "grid": dev UAS
+      per setting and pass}}).
+    """
     num_maps, dim = 2 * len(train[0].attention), train[0].vectors.shape[-1]
-    trained = {"attn": probes.AttentionProbe(num_maps),
-               "attn_and_vectors": probes.AttentionProbe(num_maps, dim)}
+    make_probe = {"attn": lambda: probes.AttentionProbe(num_maps),
+                  "attn_and_vectors": lambda: probes.AttentionProbe(num_maps, dim)}
     if with_baselines:
-        trained["distance_and_vectors"] = probes.DistanceProbe(dim, args.seed)
-    uas = {}
-    for name, probe in tqdm(trained.items(), desc="dependency probes", file=sys.stderr):
-        probes.train(probe, train_batches, args.epochs, args.seed, args.learning_rate)
-        uas[name] = probes.probe_uas(probe, eval_batches)
+        make_probe["distance_and_vectors"] = lambda: probes.DistanceProbe(dim, args.seed)
+    grid = probes.TuningGrid(tuple(args.learning_rates), tuple(args.l2_weights),
+                             args.max_epochs, args.dev_fraction)
+    uas, trained, tuning = {}, {}, {}
+    for name, make in tqdm(make_probe.items(), desc="dependency probes", file=sys.stderr):
+        trained[name], chosen, results = probes.tune_and_train(
+            make, train, PROBE_INPUTS[name], grid, args.seed)
+        tuning[name] = {"chosen": dataclasses.asdict(chosen), "grid": results}
+        uas[name] = probes.probe_uas(
+            trained[name], probes.make_batches(held_out, PROBE_INPUTS[name], args.batch_size))
     if with_baselines:
         uas["right_branching"] = probes.right_branching_uas(held_out)
-    return uas, trained
+    return uas, trained, tuning
 
 
 def upos_by_layer(train, held_out, train_layers, eval_layers, steps):
@@ -234,18 +256,20 @@ def _segments_of(sentences, tokenizer, args, flag):
 
 
 def _probe_model(model, segments, vectors, tokenizer, args, with_baselines):
-    """Dependency UAS and per-layer UPOS accuracy from one model's attention and states."""
+    """Dependency UAS, trained probes and their tuning (dependency_uas), and per-layer
+    UPOS accuracy, from one model's attention and states."""
     layer_vectors, uas_sets = {}, {}
     for split in ("train", "eval"):
         outputs = word_level_outputs(model, segments[split], tokenizer, args.batch_size)
         uas_sets[split] = [probes.probe_sentence(s.sentence, maps, v) for s, (maps, _), v in
                            zip(segments[split], outputs, vectors[split], strict=True)]
         layer_vectors[split] = [states for _, states in outputs]
-    uas, trained = dependency_uas(uas_sets["train"], uas_sets["eval"], args, with_baselines)
+    uas, trained, tuning = dependency_uas(uas_sets["train"], uas_sets["eval"], args,
+                                          with_baselines)
     upos = upos_by_layer([s.sentence for s in segments["train"]],
                          [s.sentence for s in segments["eval"]],
                          layer_vectors["train"], layer_vectors["eval"], args.upos_steps)
-    return uas, upos, trained
+    return uas, upos, trained, tuning
 
 
 def run_probes(args):
@@ -264,15 +288,16 @@ def run_probes(args):
                for split in segments}
     config = model.config
     layers, heads = config.num_hidden_layers, config.num_attention_heads
-    uas, upos, trained = _probe_model(model, segments, vectors, tokenizer, args, True)
+    uas, upos, trained, tuning = _probe_model(model, segments, vectors, tokenizer, args, True)
     weights = {"attn": head_weights(trained["attn"], layers, heads),
                "attn_and_vectors_bias": head_weights(trained["attn_and_vectors"], layers,
                                                      heads)}
     upos_random = None
     if args.random_init:
-        random_uas, upos_random, random_trained = _probe_model(
+        random_uas, upos_random, random_trained, random_tuning = _probe_model(
             random_init_model(config, args.seed), segments, vectors, tokenizer, args, False)
         uas.update({f"{name}_random_init": value for name, value in random_uas.items()})
+        tuning.update({f"{name}_random_init": value for name, value in random_tuning.items()})
         weights["attn_random_init"] = head_weights(random_trained["attn"], layers, heads)
     report = {
         "checkpoint": args.init_checkpoint,
@@ -282,6 +307,7 @@ def run_probes(args):
                                                  for s in segments[split]))}
                  for split in segments},
         "uas": {name: uas[name] for name in PROBE_NAMES if name in uas},
+        "tuning": tuning,
         "paper_uas": PAPER_UAS,
         "upos_accuracy": {"trained": upos, "random_init": upos_random,
                           "majority_tag": majority_upos(train, held_out)},
@@ -354,12 +380,15 @@ def define_flags():
                          "Sentences longer than this in word pieces (with [CLS], [SEP]) are "
                          "skipped and counted.")
     flags.DEFINE_integer("batch_size", d["batch_size"], "Sentences per forward pass and "
-                         "per probe evaluation batch (probes train on one sentence a step, "
-                         "as Clark et al.'s did).")
-    flags.DEFINE_integer("epochs", d["epochs"], "Passes over the training sentences for "
-                         "each dependency probe.")
-    flags.DEFINE_float("learning_rate", d["learning_rate"], "Adam learning rate of the "
-                       "dependency probes (Clark et al.'s).")
+                         "per probe evaluation batch.")
+    flags.DEFINE_multi_float("learning_rates", list(d["learning_rates"]), "Adam rates each "
+                             "dependency probe is tuned over (repeat the flag for more).")
+    flags.DEFINE_multi_float("l2_weights", list(d["l2_weights"]), "L2 weights each dependency "
+                             "probe is tuned over (repeat the flag for more).")
+    flags.DEFINE_integer("max_epochs", d["max_epochs"], "At most this many passes over the "
+                         "training sentences per tuning run (early stopping on dev UAS).")
+    flags.DEFINE_float("dev_fraction", d["dev_fraction"], "Share of the training sentences "
+                       "held out as dev to pick each probe's rate, L2 and passes.")
     flags.DEFINE_integer("upos_steps", d["upos_steps"], "Full-batch Adam steps of each "
                          "layer's UPOS classifier.")
     flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
@@ -371,9 +400,19 @@ def define_flags():
         flags.mark_flag_as_required(name)
 
 
+def _settings_note(tuning):
+    """What tuning chose for one probe, in words; empty for one that is not trained."""
+    if not tuning:
+        return ""
+    chosen = tuning["chosen"]
+    return (f"  (rate {chosen['learning_rate']:g}, L2 {chosen['l2']:g}, "
+            f"{chosen['epochs']} passes)")
+
+
 def run(args: ProbeArgs) -> int:
     report = run_probes(args)
     table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
+                      f"{_settings_note(report['tuning'].get(name))}"
                       for name, value in report["uas"].items())
     print(f"UAS on {report['data']['eval']['sentences']} held-out sentences:\n{table}\n"
           f"report in {args.output_dir}")
