@@ -182,7 +182,7 @@ EXPECTED = {
     'demo': {
         'cache_dir': ('ArgumentParser', None, os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")),
         'dupe_factor': ('IntegerParser', None, 2),
-        'num_train_steps': ('IntegerParser', None, 600),
+        'num_train_steps': ('IntegerParser', None, 2400),
         'output_dir': ('ArgumentParser', None, os.path.join(REPO, "demo_output")),
     },
     'doctor': {**PRETRAINING,
