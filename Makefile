@@ -7,7 +7,7 @@ NGC_VENV := .venv-tf2.17
 NGC_STAMP := $(NGC_VENV)/.bert_tf-installed
 PATCH := install/horovod-0.28.1-tf2.21.patch
 
-.PHONY: demo test test-ngc test-cluster test-container lint bench convergence pays reproduce-small venv clean
+.PHONY: demo test test-ngc test-cluster test-container lint bench convergence pays venv clean
 
 venv: $(STAMP)
 
@@ -58,11 +58,6 @@ convergence: venv
 # demo's architecture against pretraining budget, 3 fine-tuning seeds per point (about 1 h here).
 pays: venv
 	$(PY) bench/pretraining_pays.py --name=l2h128 --budgets=0.5,1,2,4 --tasks=upos200,books
-
-# The cheapest recipe at which the demo's architecture beats random init by >= 3 points on
-# low-resource UPOS: the demo's, 4x as long (30-45 min here); prints the gain.
-reproduce-small: venv
-	$(PY) bench/pretraining_pays.py --name=reproduce_small --budgets=4 --tasks=upos200,books
 
 clean:
 	rm -rf $(VENV) $(NGC_VENV) demo_output bench/results

@@ -56,8 +56,10 @@ VOCAB_SIZE = 8000
 # Fine-tuning seeds (classifier initialisation, data order; also the weights of random init):
 # one seed's luck moves the book task's dev accuracy by several points.
 FINETUNING_SEEDS = (1, 2, 3)
-# Where pretraining starts to pay at this model size (bench/README.md, "Pretraining pays?").
-PAYS_FROM = "see `make reproduce-small`"
+# Where pretraining started to pay on the book task (`make pays`; bench/README.md, "Pretraining
+# pays?"), for a shorter --num_train_steps.
+PAYS_FROM = ("this model first beat random init here after 2,400 updates of 64 "
+             "(bench/README.md, \"Pretraining pays?\")")
 PREDICT_SENTENCES = (
     "she was very glad to [MASK] him again.",
     "he put his [MASK] into his pocket.",
