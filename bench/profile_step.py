@@ -30,8 +30,9 @@ def bert_tf_pass(tf, args, batch):
     """bert_tf's forward/backward, as TrainState.gradients computes it (no allreduce)."""
     from bert_tf.model import modeling
     from bert_tf.model.config import BertConfig
-    from bert_tf.train.precision import compute_dtype
+    from bert_tf.train.precision import compute_dtype, configure_xla_matmuls, has_gpu
 
+    configure_xla_matmuls(args.precision, args.xla, has_gpu())  # as TrainState does
     shape = {k: v for k, v in common.SHAPES[args.shape].items() if k != "name"}
     model = modeling.BertForPreTraining(BertConfig(vocab_size=common.VOCAB_SIZE, **shape),
                                         compute_dtype(args.precision))
