@@ -19,7 +19,7 @@ bfloat16.
 import tensorflow as tf
 
 from bert_tf.model import modeling
-from bert_tf.train.config import PRECISION_MODES, PRECISIONS
+from bert_tf.train.config import PRECISION_MODES, PRECISIONS, xla_cpu_float32_output_matmuls
 
 
 def has_gpu() -> bool:
@@ -41,8 +41,7 @@ def configure_xla_matmuls(precision: str, use_xla: bool, on_gpu: bool) -> bool:
     AVX512_BF16/AMX (bench/README.md, "bf16 with XLA on a CPU"). GPUs run bfloat16 dots as
     they are; without XLA oneDNN does.
     """
-    enabled = (PRECISION_MODES[precision].compute_dtype == "bfloat16" and use_xla
-               and not on_gpu)
+    enabled = xla_cpu_float32_output_matmuls(precision) and use_xla and not on_gpu
     modeling.set_float32_matmul_outputs(enabled)
     return enabled
 
