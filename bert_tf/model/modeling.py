@@ -44,10 +44,18 @@ def _in_xla_compilation() -> bool:
 
 
 def matmul(a, b, transpose_b=False):
-    """a @ b (b transposed if transpose_b), [..., M, K] x [..., K, N], in a's dtype.
+    """tf.matmul(a, b, transpose_b=transpose_b), possibly as float32-output dots.
 
     With set_float32_matmul_outputs(True), a bfloat16 product compiled by XLA, and the two
     products of its gradient, are bfloat16 x bfloat16 -> float32 dots rounded to bfloat16.
+
+    Args:
+      a: [..., M, K] tensor.
+      b: [..., K, N] tensor ([..., N, K] with transpose_b), a's dtype and batch dimensions.
+      transpose_b: multiply by b's transpose.
+
+    Returns:
+      The [..., M, N] product in a's dtype.
     """
     if not (_float32_matmul_outputs and a.dtype == tf.bfloat16 and _in_xla_compilation()):
         return tf.matmul(a, b, transpose_b=transpose_b)

@@ -30,6 +30,7 @@ PRECISION_MODES = {
     "amp": PrecisionMode("float32", 2, True, _BF16_CPU),  # bfloat16 rewrite on a CPU
 }
 PRECISIONS = tuple(PRECISION_MODES)
+OPTIMIZER_TYPES = ("lamb", "adamw")
 
 
 def xla_cpu_float32_output_matmuls(precision: str) -> bool:
@@ -37,7 +38,6 @@ def xla_cpu_float32_output_matmuls(precision: str) -> bool:
     its CPU backend runs in half precision (bf16; it computes half -> half dots in float32, and
     float16 dots in float32 either way). bench/README.md, "bf16 with XLA on a CPU"."""
     return PRECISION_MODES[precision].compute_dtype == "bfloat16"
-OPTIMIZER_TYPES = ("lamb", "adamw")
 
 
 class PretrainingConfigError(ValueError):
