@@ -93,7 +93,8 @@ def xla_milliseconds(trace_dir, steps):
     """ms per step of the XLA-compiled pass's thunks (XLA_FLAGS=--xla_cpu_enable_xprof_traceme),
     by HLO name without its number (`fusion.12` -> `fusion`), on every thread: each event's self
     time (its nested events subtracted), so envelopes (the executor, `call`) count only their own
-    work."""
+    work; waits for other threads are left out."""
+    waits = {"BlockUntilReady", "SlinkyThreadPool::Await"}
     space = read_trace(trace_dir)
     totals = collections.Counter()
     for plane in space.planes:
@@ -107,7 +108,7 @@ def xla_milliseconds(trace_dir, steps):
                     totals[open_events[-1][1]] -= event.duration_ps / 1e9 / steps
                 totals[name] += event.duration_ps / 1e9 / steps
                 open_events.append((event.offset_ps + event.duration_ps, name))
-    return totals
+    return collections.Counter({k: v for k, v in totals.items() if k not in waits})
 
 
 def op_milliseconds(trace_dir, steps):
