@@ -36,17 +36,20 @@ JSON_MARK = "BENCH_JSON "
 def time_step(step, *, warmup=2, repeats=5, steps_per_repeat=1):
     """Times `step()` (which must block until its result exists) after `warmup`
     untimed calls; returns the median and spread of seconds per step over
-    `repeats` timed groups of `steps_per_repeat` calls."""
+    `repeats` timed groups of `steps_per_repeat` calls, and the median CPU seconds (all
+    threads) per step, which a busy machine inflates much less than wall time."""
     for _ in range(warmup):
         step()
-    per_step = []
+    per_step, cpu_per_step = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(steps_per_repeat):
             step()
         per_step.append((time.perf_counter() - start) / steps_per_repeat)
+        cpu_per_step.append((time.process_time() - cpu_start) / steps_per_repeat)
     return {
         "step_s": statistics.median(per_step),
+        "cpu_s": statistics.median(cpu_per_step),
         "step_s_min": min(per_step),
         "step_s_max": max(per_step),
         "repeats": repeats,

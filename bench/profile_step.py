@@ -9,12 +9,15 @@ CPU seconds / wall seconds is the step's parallelism (at most --threads): unlike
 stays meaningful on a busy machine, where the per-op milliseconds are inflated alike for every
 op. Prints one BENCH_JSON record: wall_s, cpu_s, and ms per step for the top --top op types of
 the executor's thread (oneDNN kernels show as _Mkl*; Model Garden's dense layers as _MklEinsum).
+With --xla: the compiled pass's thunks by HLO name (dots named after their TF op, MatMul or
+BatchMatMulV3; fusions by their kind, e.g. dropout's random bits as concatenate_bitcast_fusion).
 """
 
 import argparse
 import collections
 import glob
 import os
+import re
 import sys
 import tempfile
 import time
@@ -30,8 +33,9 @@ def bert_tf_pass(tf, args, batch):
     """bert_tf's forward/backward, as TrainState.gradients computes it (no allreduce)."""
     from bert_tf.model import modeling
     from bert_tf.model.config import BertConfig
-    from bert_tf.train.precision import compute_dtype
+    from bert_tf.train.precision import compute_dtype, configure_xla_matmuls, has_gpu
 
+    configure_xla_matmuls(args.precision, args.xla, has_gpu())  # as TrainState does
     shape = {k: v for k, v in common.SHAPES[args.shape].items() if k != "name"}
     model = modeling.BertForPreTraining(BertConfig(vocab_size=common.VOCAB_SIZE, **shape),
                                         compute_dtype(args.precision))
@@ -75,14 +79,41 @@ def modelgarden_pass(tf, args, batch):
     return forward_backward
 
 
-def op_milliseconds(trace_dir, steps):
-    """ms per step of each op type on TensorFlow's executor thread(s), from the xplane file."""
+def read_trace(trace_dir):
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     (path,) = glob.glob(os.path.join(trace_dir, "plugins/profile/*/*.xplane.pb"))
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
+    return space
+
+
+def xla_milliseconds(trace_dir, steps):
+    """ms per step of the XLA-compiled pass's thunks (XLA_FLAGS=--xla_cpu_enable_xprof_traceme),
+    by HLO name without its number (`fusion.12` -> `fusion`), on every thread: each event's self
+    time (its nested events subtracted), so envelopes (the executor, `call`) count only their own
+    work; waits for other threads are left out."""
+    waits = {"BlockUntilReady", "SlinkyThreadPool::Await"}
+    space = read_trace(trace_dir)
+    totals = collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            open_events = []  # (end, name) of the events enclosing the current one
+            for event in sorted(line.events, key=lambda e: e.offset_ps):
+                while open_events and open_events[-1][0] <= event.offset_ps:
+                    open_events.pop()
+                name = re.sub(r"[._]\d+", "", plane.event_metadata[event.metadata_id].name)
+                if open_events:
+                    totals[open_events[-1][1]] -= event.duration_ps / 1e9 / steps
+                totals[name] += event.duration_ps / 1e9 / steps
+                open_events.append((event.offset_ps + event.duration_ps, name))
+    return collections.Counter({k: v for k, v in totals.items() if k not in waits})
+
+
+def op_milliseconds(trace_dir, steps):
+    """ms per step of each op type on TensorFlow's executor thread(s), from the xplane file."""
+    space = read_trace(trace_dir)
     totals = collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
@@ -109,6 +140,9 @@ def main():
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # both frameworks with oneDNN
+    if args.xla:  # XLA's thunks in the trace
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_cpu_enable_xprof_traceme=true")
     common.configure_tf_threads(args.threads)
     import tensorflow as tf
 
@@ -126,7 +160,7 @@ def main():
         for _ in range(args.steps):
             forward_backward()
         tf.profiler.experimental.stop()
-        ops = op_milliseconds(trace_dir, args.steps)
+        ops = (xla_milliseconds if args.xla else op_milliseconds)(trace_dir, args.steps)
     common.print_json({**vars(args), "tensorflow": tf.__version__, "wall_s": wall, "cpu_s": cpu,
                        "parallelism": cpu / wall, "op_ms_total": sum(ops.values()),
                        "op_ms": dict(ops.most_common(args.top))})

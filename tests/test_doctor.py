@@ -251,7 +251,10 @@ def test_half_precision_on_cpu_without_native_support_warns(tmp_path):
                            "amx_bf16 or avx512_bf16")
     assert "use --precision=fp32" in line
     assert doctor.check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}).status == doctor.OK
+    # XLA runs bf16's matmuls (bfloat16 -> float32 dots) in bfloat16, amp's in float32.
     xla = doctor.check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}, use_xla=True)
+    assert xla.status == doctor.OK
+    xla = doctor.check_cpu_half_precision("amp", 0, flags | {"avx512_bf16"}, use_xla=True)
     assert xla.status == doctor.WARN and "drop --use_xla" in xla.line()
     assert doctor.check_cpu_half_precision("bf16", 8, flags).status == doctor.OK
     assert doctor.check_cpu_half_precision("fp32", 0, flags).status == doctor.OK

@@ -12,8 +12,10 @@ from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import (
     BertForPreTraining,
     BertModel,
+    matmul,
     metrics_from_sums,
     pretraining_loss,
+    set_float32_matmul_outputs,
     variables_by_name,
 )
 
@@ -243,6 +245,54 @@ def test_mixed_precision(model, dtype):
     assert 0 < difference < tolerance
     assert float(loss) == pytest.approx(
         float(pretraining_loss(reference, features)["loss"]), abs=tolerance)
+
+
+# A dot with bfloat16 operands and a float32 result, in XLA's HLO text.
+FLOAT32_OUTPUT_DOT = re.compile(r"= f32\[[^\]]*\]\S* dot\(bf16\[")
+
+
+def xla_product_and_gradients(a, b, transpose_b):
+    """matmul and its two gradients, XLA-compiled: (values, the HLO they compiled from)."""
+    upstream = tf.ones([*a.shape[:-1], b.shape[-2 if transpose_b else -1]], a.dtype)
+
+    def product_and_gradients(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            product = matmul(a, b, transpose_b=transpose_b)
+        return (product, *tape.gradient(product, [a, b], output_gradients=upstream))
+
+    compiled = tf.function(product_and_gradients, jit_compile=True)
+    return compiled(a, b), compiled.experimental_get_compiler_ir(a, b)(stage="hlo")
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("batch", [(), (2, 3)])  # dense layers; attention's [B, heads, ...]
+def test_float32_output_matmuls_under_xla(transpose_b, batch):
+    rng = np.random.default_rng(0)
+    a = tf.constant(rng.normal(size=(*batch, 4, 8)), tf.bfloat16)
+    b = tf.constant(rng.normal(size=(*batch, 6, 8) if transpose_b else (*batch, 8, 6)),
+                    tf.bfloat16)
+    set_float32_matmul_outputs(True)
+    try:
+        wide, wide_hlo = xla_product_and_gradients(a, b, transpose_b)
+    finally:
+        set_float32_matmul_outputs(False)
+    plain, plain_hlo = xla_product_and_gradients(a, b, transpose_b)
+    # The product and both gradient products are bfloat16 x bfloat16 -> float32 dots...
+    assert len(FLOAT32_OUTPUT_DOT.findall(wide_hlo)) == 3
+    assert not FLOAT32_OUTPUT_DOT.findall(plain_hlo)
+    # ...rounded to bfloat16: tf.matmul's values and gradients, to bfloat16's precision.
+    for w, p in zip(wide, plain, strict=True):
+        assert w.dtype == tf.bfloat16
+        np.testing.assert_allclose(tf.cast(w, tf.float32), tf.cast(p, tf.float32),
+                                   rtol=1e-2, atol=1e-2)
+    # Outside XLA (no kernel there) the switch changes nothing.
+    set_float32_matmul_outputs(True)
+    try:
+        eager = matmul(a, b, transpose_b=transpose_b)
+    finally:
+        set_float32_matmul_outputs(False)
+    np.testing.assert_array_equal(eager, tf.matmul(a, b, transpose_b=transpose_b))
 
 
 def test_bert_model_defaults_and_bad_dtype():

@@ -111,3 +111,44 @@ def test_entry_points_turn_onednn_on_unless_told_otherwise():
                "import os; print('set', 'TF_ENABLE_ONEDNN_OPTS' in os.environ)"]
     assert "set False" in subprocess.run(library, env=unset, capture_output=True, text=True,
                                          check=True).stdout
+
+
+@pytest.mark.parametrize("mode,use_xla,on_gpu,expected", [
+    ("bf16", True, False, True),
+    ("bf16", False, False, False),  # oneDNN runs bfloat16 matmuls as they are
+    ("bf16", True, True, False),  # so do GPUs under XLA
+    ("fp32", True, False, False),
+    ("fp16", True, False, False),
+    ("amp", True, False, False),
+])
+def test_float32_output_matmuls_only_for_bf16_with_xla_on_a_cpu(mode, use_xla, on_gpu, expected):
+    try:
+        assert precision.configure_xla_matmuls(mode, use_xla, on_gpu) is expected
+    finally:
+        precision.configure_xla_matmuls("fp32", False, False)
+
+
+def test_train_state_sets_up_float32_output_matmuls():
+    # What --precision=bf16 --use_xla does on this CPU: the model's XLA-compiled bfloat16
+    # matmuls become bfloat16 x bfloat16 -> float32 dots.
+    import tiny
+    from test_modeling import FLOAT32_OUTPUT_DOT, xla_product_and_gradients
+
+    from bert_tf.model.config import BertConfig
+    from bert_tf.train import distributed
+    from bert_tf.train.loop import PretrainingState
+
+    distributed.init()
+    a = tf.ones([4, 8], tf.bfloat16)
+
+    def dots_after_state(**settings):
+        config = tiny.training_config(bert_config_file="unused", input_files="unused",
+                                      output_dir="unused", **settings)
+        PretrainingState(BertConfig(**tiny.TINY_BERT), config)
+        return len(FLOAT32_OUTPUT_DOT.findall(xla_product_and_gradients(a, a, True)[1]))
+
+    try:
+        assert dots_after_state(precision="bf16", use_xla=True) == 3
+        assert dots_after_state(precision="bf16", use_xla=False) == 0
+    finally:
+        precision.configure_xla_matmuls("fp32", False, False)

@@ -19,6 +19,61 @@ LAYER_NORM_EPSILON = 1e-12
 # Added to attention scores of padding positions; exp() of it underflows to 0.
 MASK_ADDER = -10000.0
 
+# XLA's CPU backend computes a bfloat16 x bfloat16 -> bfloat16 dot in float32 (its
+# float-normalization-bf16 pass upcasts the operands) but runs bfloat16 x bfloat16 -> float32
+# natively: set_float32_matmul_outputs(True) makes bfloat16 matmuls that XLA compiles produce
+# float32 and round it to bfloat16 (bench/README.md, "bf16 with XLA on a CPU").
+_float32_matmul_outputs = False
+
+
+def set_float32_matmul_outputs(enabled: bool) -> None:
+    """Whether XLA-compiled bfloat16 matmuls produce float32 from now on (at trace time).
+
+    bert_tf.train.precision decides (bf16 with XLA on a CPU); outside XLA, which has no kernel
+    for them, matmuls keep their dtype whatever this says.
+    """
+    global _float32_matmul_outputs
+    _float32_matmul_outputs = enabled
+
+
+def _in_xla_compilation() -> bool:
+    # No public API tells whether a tf.function is traced for jit_compile.
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+    return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+
+
+def matmul(a, b, transpose_b=False):
+    """tf.matmul(a, b, transpose_b=transpose_b), possibly as float32-output dots.
+
+    With set_float32_matmul_outputs(True), a bfloat16 product compiled by XLA, and the two
+    products of its gradient, are bfloat16 x bfloat16 -> float32 dots rounded to bfloat16.
+
+    Args:
+      a: [..., M, K] tensor.
+      b: [..., K, N] tensor ([..., N, K] with transpose_b), a's dtype and batch dimensions.
+      transpose_b: multiply by b's transpose.
+
+    Returns:
+      The [..., M, N] product in a's dtype.
+    """
+    if not (_float32_matmul_outputs and a.dtype == tf.bfloat16 and _in_xla_compilation()):
+        return tf.matmul(a, b, transpose_b=transpose_b)
+
+    def dot(x, y, adj_x=False, adj_y=False):
+        return tf.cast(tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=tf.float32, adj_x=adj_x,
+                                                adj_y=adj_y), tf.bfloat16)
+
+    @tf.custom_gradient
+    def product(a, b):
+        def gradient(upstream):
+            if transpose_b:  # a @ b^T
+                return dot(upstream, b), dot(upstream, a, adj_x=True)
+            return dot(upstream, b, adj_y=True), dot(a, upstream, adj_x=True)
+        return dot(a, b, adj_y=transpose_b), gradient
+    return product(a, b)
+
+
 ACTIVATIONS = {
     # Exact erf GELU: Google's first release (modeling.py at fe35475) and Hugging Face's "gelu".
     # Google's modeling.py uses the tanh approximation since bee6030 (Feb 2019); they differ by
@@ -95,7 +150,7 @@ class Dense(_NamedModule):
         self.bias = self._add("bias", [out_dim], _zeros)
 
     def __call__(self, x):
-        y = tf.matmul(x, tf.cast(self.kernel, x.dtype))
+        y = matmul(x, tf.cast(self.kernel, x.dtype))
         return tf.nn.bias_add(y, tf.cast(self.bias, x.dtype))
 
 
@@ -215,10 +270,10 @@ class TransformerLayer(_NamedModule):
             1.0 / math.sqrt(self.head_size), dtype)
         key = self._split_heads(self.key(x), batch_size, seq_length)
         value = self._split_heads(self.value(x), batch_size, seq_length)
-        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, S, S]
+        scores = matmul(query, key, transpose_b=True)  # [B, heads, S, S]
         probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_adder, axis=-1)
         dropped = dropout(tf.cast(probs, dtype), self.attention_dropout_prob)
-        context = tf.matmul(dropped, value)  # [B, heads, S, head_size]
+        context = matmul(dropped, value)  # [B, heads, S, head_size]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), tf.shape(x))
 
         attention = dropout(self.attention_output(context), self.hidden_dropout_prob)
@@ -309,7 +364,7 @@ class MaskedLMHead(_NamedModule):
     def __call__(self, x):
         """x: [N, H] compute dtype -> float32 logits [N, V]."""
         x = self.layer_norm(self.activation(self.transform(x)), x.dtype)
-        logits = tf.matmul(x, tf.cast(self.word_embeddings, x.dtype), transpose_b=True)
+        logits = matmul(x, tf.cast(self.word_embeddings, x.dtype), transpose_b=True)
         return tf.nn.bias_add(tf.cast(logits, tf.float32), self.output_bias)
 
 

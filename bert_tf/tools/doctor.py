@@ -33,6 +33,7 @@ from bert_tf.train.config import (
     PretrainingConfigError,
     define_pretraining_flags,
     pretraining_config_from_flags,
+    xla_cpu_float32_output_matmuls,
 )
 
 # TF's start-up INFO lines would bury the report; its warnings (CUDA libraries that do not
@@ -421,11 +422,12 @@ def check_cpu_half_precision(precision: str, gpu_count: int, flags: set,
     fast = PRECISION_MODES[precision].fast_cpu_flags
     if gpu_count or not fast:
         return Check(OK, name, "not training on a CPU in half precision")
-    if fast & flags and use_xla:
+    if fast & flags and use_xla and not xla_cpu_float32_output_matmuls(precision):
         return Check(WARN, name, f"--precision={precision} with --use_xla on a CPU: XLA's CPU "
-                     "backend does not use oneDNN's half-precision matmuls (a BERT-base update "
-                     "measured 1.95 sequences/s with XLA against 3.21 without, on AVX512_BF16, "
-                     "bench/README.md)", "drop --use_xla on this machine (keep it on GPUs)")
+                     "backend computes these matmuls in float32 (so did bf16's before they "
+                     "became bfloat16 -> float32 dots: 1.95 sequences/s at BERT-base against "
+                     "3.21 without XLA, bench/README.md)",
+                     "drop --use_xla on this machine (keep it on GPUs), or use --precision=bf16")
     if fast & flags:
         return Check(OK, name, f"--precision={precision}: this CPU has native half-precision "
                      f"matmuls ({', '.join(sorted(fast & flags))})")

@@ -33,6 +33,13 @@ PRECISIONS = tuple(PRECISION_MODES)
 OPTIMIZER_TYPES = ("lamb", "adamw")
 
 
+def xla_cpu_float32_output_matmuls(precision: str) -> bool:
+    """Whether XLA on a CPU gets this precision's matmuls as half x half -> float32 dots, which
+    its CPU backend runs in half precision (bf16; it computes half -> half dots in float32, and
+    float16 dots in float32 either way). bench/README.md, "bf16 with XLA on a CPU"."""
+    return PRECISION_MODES[precision].compute_dtype == "bfloat16"
+
+
 class PretrainingConfigError(ValueError):
     """A flag value that cannot work; the message names the flag."""
 

@@ -10,11 +10,16 @@ dynamic loss scaling. Master weights and optimizer state are always float32.
   NVIDIA's recipes), to bfloat16 on a CPU (`auto_mixed_precision_onednn_bfloat16`,
   which needs oneDNN: TF_ENABLE_ONEDNN_OPTS=1 on CPUs where it is not the default).
   The rewrite applies to tf.function graphs that XLA does not compile.
+
+bf16 with XLA on a CPU: XLA's CPU backend computes bfloat16 -> bfloat16 dots in float32, so
+`configure_xla_matmuls` has the model write them as bfloat16 -> float32 dots, which it runs in
+bfloat16.
 """
 
 import tensorflow as tf
 
-from bert_tf.train.config import PRECISION_MODES, PRECISIONS
+from bert_tf.model import modeling
+from bert_tf.train.config import PRECISION_MODES, PRECISIONS, xla_cpu_float32_output_matmuls
 
 
 def has_gpu() -> bool:
@@ -26,6 +31,19 @@ def compute_dtype(precision: str) -> tf.DType:
     if precision not in PRECISION_MODES:
         raise ValueError(f"--precision must be one of {PRECISIONS}, got {precision!r}")
     return tf.as_dtype(PRECISION_MODES[precision].compute_dtype)
+
+
+def configure_xla_matmuls(precision: str, use_xla: bool, on_gpu: bool) -> bool:
+    """Sets (and returns) whether the model's XLA-compiled bfloat16 matmuls produce float32.
+
+    On for bf16 with XLA on a CPU only: there XLA upcasts bfloat16 -> bfloat16 dots to float32
+    (a BERT-base update ran at 0.94x fp32's speed) but runs bfloat16 -> float32 ones on
+    AVX512_BF16/AMX (bench/README.md, "bf16 with XLA on a CPU"). GPUs run bfloat16 dots as
+    they are; without XLA oneDNN does.
+    """
+    enabled = xla_cpu_float32_output_matmuls(precision) and use_xla and not on_gpu
+    modeling.set_float32_matmul_outputs(enabled)
+    return enabled
 
 
 def uses_loss_scaling(precision: str, on_gpu: bool) -> bool:

@@ -67,6 +67,7 @@ class TrainState(tf.Module):
         self.optimizer = optimization.create_optimizer(
             config.optimizer_type, self.params, config.weight_decay_rate,
             exclude_from_layer_adaptation)
+        precision.configure_xla_matmuls(config.precision, config.use_xla, precision.has_gpu())
         self.loss_scale = precision.DynamicLossScale(
             enabled=precision.uses_loss_scaling(config.precision, precision.has_gpu()))
         # Folded with each micro-batch's input position into its dropout seed; a variable, as
