@@ -7,8 +7,7 @@ Prints one line each for Python, TensorFlow, tensorflow-text, the GPUs
 TensorFlow sees and Horovod's build, then one line per known trap:
 `OK`, `WARN` or `FAIL`, with the fix. Given run_pretraining flags it also checks
 batch/sequence/precision choices and estimates memory per GPU. Exits 1 when a
-check FAILs (or Horovod lacks TensorFlow support), else 0. The checks live in
-doctor_environment, doctor_training and doctor_hosts.
+check FAILs (or Horovod lacks TensorFlow support), else 0.
 """
 
 import dataclasses
@@ -25,7 +24,7 @@ from bert_tf.tools.doctor_environment import (
     describe,
     environment_checks,
 )
-from bert_tf.tools.doctor_hosts import define_host_flags, run_host_checks
+from bert_tf.tools.doctor_hosts import run_host_checks
 from bert_tf.tools.doctor_training import (
     check_cpu_half_precision,
     config_checks,
@@ -58,6 +57,17 @@ class DoctorConfig:
     network_interface: list[str] | None = None
     ssh_identity_file: str | None = None
     ssh_port: int | None = None
+
+
+def define_host_flags():
+    flags.DEFINE_list("hosts", None, "Preflight these nodes over ssh: host[:slots],... as "
+                      "horovodrun -H takes them (with --output_dir: is it shared storage?).")
+    flags.DEFINE_string("remote_python", sys.executable,
+                        "--hosts: the Python interpreter on the nodes.")
+    flags.DEFINE_list("network_interface", None,
+                      "--hosts: the interface the ranks will use (launch.py --network_interface).")
+    flags.DEFINE_string("ssh_identity_file", None, "--hosts: private key for ssh.")
+    flags.DEFINE_integer("ssh_port", None, "--hosts: ssh port of the nodes.")
 
 
 def define_flags():

@@ -11,8 +11,6 @@ import shlex
 import subprocess
 import sys
 
-from absl import flags
-
 from bert_tf.tools.doctor_check import FAIL, OK, WARN, Check
 
 DOCTOR_MARKER = ".bert_tf-doctor-shared-check"
@@ -188,17 +186,6 @@ def host_checks(h: HostSettings) -> list[Check]:
         if h.output_dir:
             checks.append(check_shared_dir(probes, h.output_dir))
     return checks
-
-
-def define_host_flags():
-    flags.DEFINE_list("hosts", None, "Preflight these nodes over ssh: host[:slots],... as "
-                      "horovodrun -H takes them (with --output_dir: is it shared storage?).")
-    flags.DEFINE_string("remote_python", sys.executable,
-                        "--hosts: the Python interpreter on the nodes.")
-    flags.DEFINE_list("network_interface", None,
-                      "--hosts: the interface the ranks will use (launch.py --network_interface).")
-    flags.DEFINE_string("ssh_identity_file", None, "--hosts: private key for ssh.")
-    flags.DEFINE_integer("ssh_port", None, "--hosts: ssh port of the nodes.")
 
 
 def run_host_checks(doctor) -> list[Check]:
