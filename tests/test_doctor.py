@@ -1,5 +1,6 @@
-"""bert_tf.tools.doctor: each trap's line, driven by the environment, the flags or the
-facts a check is given (an import error's text, the GPUs found)."""
+"""bert_tf.tools.doctor (checks in doctor_environment, doctor_training): each trap's line,
+driven by the environment, the flags or the facts a check is given (an import error's text,
+the GPUs found)."""
 
 import os
 import stat
@@ -8,7 +9,25 @@ import pytest
 from conftest import PYTHON, run_command
 
 from bert_tf.model.config import BertConfig
-from bert_tf.tools import doctor
+from bert_tf.tools.doctor_check import FAIL, OK, WARN
+from bert_tf.tools.doctor_environment import (
+    GpuInfo,
+    check_cuda_launch_blocking,
+    check_gpu_visibility,
+    check_horovod_build,
+    check_import,
+    check_onednn,
+    check_tokenizer,
+    check_xla_libdevice,
+    libdevice_candidates,
+)
+from bert_tf.tools.doctor_training import (
+    check_cpu_half_precision,
+    check_max_predictions,
+    check_memory,
+    check_tensor_core_shapes,
+    cpu_flags,
+)
 from bert_tf.tools.estimate import MODEL_PRESETS
 from bert_tf.train.config import PretrainingConfig
 
@@ -119,7 +138,7 @@ def test_recipe_with_bad_flags_checked_against_given_gpu_memory(tmp_path):
 def test_glibcxx_import_error_explains_libstdcxx():
     error = ("ImportError: /opt/conda/lib/libstdc++.so.6: version `GLIBCXX_3.4.30' not found "
              "(required by /site-packages/tensorflow/libtensorflow_framework.so.2)")
-    line = doctor.check_import("tensorflow", error).line()
+    line = check_import("tensorflow", error).line()
     assert line.startswith("FAIL import tensorflow: the C++ runtime loaded is older than the one "
                            "tensorflow was built against (ImportError: /opt/conda/lib/libstdc++")
     assert "conda install -c conda-forge 'libstdcxx-ng>=12'" in line
@@ -129,13 +148,13 @@ def test_glibcxx_import_error_explains_libstdcxx():
 def test_glibcxx_error_in_horovod_is_not_reported_as_a_missing_build():
     error = ("ImportError: /usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' "
              "not found (required by horovod/tensorflow/mpi_lib.cpython-311-x86_64-linux-gnu.so)")
-    line = doctor.check_horovod_build("0.28.1", {"TensorFlow": False}, error, 0).line()
+    line = check_horovod_build("0.28.1", {"TensorFlow": False}, error, 0).line()
     assert line.startswith("FAIL import horovod.tensorflow: the C++ runtime loaded is older")
 
 
 def test_other_import_error_says_how_to_install():
-    line = doctor.check_import("tensorflow_text", "ModuleNotFoundError: No module named "
-                               "'tensorflow_text'").line()
+    line = check_import("tensorflow_text", "ModuleNotFoundError: No module named "
+                        "'tensorflow_text'").line()
     assert line == ("FAIL import tensorflow_text: ModuleNotFoundError: No module named "
                     "'tensorflow_text' | fix: install the project environment: `make venv` (or "
                     "bash install/setup_env.sh)")
@@ -143,17 +162,17 @@ def test_other_import_error_says_how_to_install():
 
 def test_tokenizers_stand_in_for_a_missing_tensorflow_text():
     # NGC's Python 3.12 images: no tensorflow-text, tokenizers installed (the same ids).
-    check = doctor.check_tokenizer("ModuleNotFoundError: No module named 'tensorflow_text'")
-    assert check.status == doctor.OK
+    check = check_tokenizer("ModuleNotFoundError: No module named 'tensorflow_text'")
+    assert check.status == OK
     assert check.line().startswith("OK   tokenizer: Hugging Face tokenizers ")
-    assert doctor.check_tokenizer(None).line() == "OK   tokenizer: tensorflow-text"
+    assert check_tokenizer(None).line() == "OK   tokenizer: tensorflow-text"
 
 
 def test_horovod_without_tensorflow_fails():
-    check = doctor.check_horovod_build(
+    check = check_horovod_build(
         "0.28.1", {"TensorFlow": False},
         "ImportError: Extension horovod.tensorflow has not been built", gpu_count=0)
-    assert check.status == doctor.FAIL
+    assert check.status == FAIL
     assert check.line().startswith(
         "FAIL Horovod build: Horovod 0.28.1 was built without TensorFlow support (ImportError: "
         "Extension horovod.tensorflow has not been built) | fix: rebuild it against this "
@@ -162,40 +181,40 @@ def test_horovod_without_tensorflow_fails():
 
 def test_horovod_without_nccl_warns_only_with_gpus():
     build = {"TensorFlow": True, "Gloo": True, "MPI": True, "NCCL": False}
-    assert doctor.check_horovod_build("0.28.1", build, None, gpu_count=8).status == doctor.WARN
-    assert doctor.check_horovod_build("0.28.1", build, None, gpu_count=0).line() == \
+    assert check_horovod_build("0.28.1", build, None, gpu_count=8).status == WARN
+    assert check_horovod_build("0.28.1", build, None, gpu_count=0).line() == \
         "OK   Horovod build: TensorFlow support"
 
 
 def test_empty_cuda_visible_devices():
-    gpus = [doctor.GpuInfo("A100", 40960)]
-    line = doctor.check_gpu_visibility([], gpus, {"CUDA_VISIBLE_DEVICES": ""}).line()
+    gpus = [GpuInfo("A100", 40960)]
+    line = check_gpu_visibility([], gpus, {"CUDA_VISIBLE_DEVICES": ""}).line()
     assert line == ("FAIL GPU visibility: nvidia-smi sees 1 GPU(s) but CUDA_VISIBLE_DEVICES='' "
                     "hides them from TensorFlow | fix: unset CUDA_VISIBLE_DEVICES (or list the "
                     "GPUs, e.g. 0,1,2,3)")
-    assert doctor.check_gpu_visibility([], [], {"CUDA_VISIBLE_DEVICES": ""}).status == doctor.WARN
+    assert check_gpu_visibility([], [], {"CUDA_VISIBLE_DEVICES": ""}).status == WARN
 
 
 def test_cuda_launch_blocking_from_environment(monkeypatch):
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
-    assert doctor.check_cuda_launch_blocking(os.environ, gpu_count=1).status == doctor.WARN
-    assert doctor.check_cuda_launch_blocking(os.environ, gpu_count=8).status == doctor.FAIL
+    assert check_cuda_launch_blocking(os.environ, gpu_count=1).status == WARN
+    assert check_cuda_launch_blocking(os.environ, gpu_count=8).status == FAIL
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING")
-    assert doctor.check_cuda_launch_blocking(os.environ, 8).line() == \
+    assert check_cuda_launch_blocking(os.environ, 8).line() == \
         "OK   CUDA_LAUNCH_BLOCKING: not set"
 
 
 def test_xla_libdevice_found_or_not(tmp_path):
-    missing = doctor.check_xla_libdevice(1, {}, roots=[str(tmp_path)])
+    missing = check_xla_libdevice(1, {}, roots=[str(tmp_path)])
     assert missing.line().startswith("WARN XLA libdevice: libdevice.10.bc not found")
     assert "XLA_FLAGS=--xla_gpu_cuda_data_dir=" in missing.line()
     libdevice = tmp_path / "nvvm" / "libdevice" / "libdevice.10.bc"
     libdevice.parent.mkdir(parents=True)
     libdevice.write_bytes(b"BC")
     environ = {"XLA_FLAGS": f"--xla_gpu_cuda_data_dir={tmp_path}"}
-    found = doctor.check_xla_libdevice(1, environ, roots=doctor.libdevice_candidates(environ))
+    found = check_xla_libdevice(1, environ, roots=libdevice_candidates(environ))
     assert found.line() == f"OK   XLA libdevice: found {libdevice}"
-    assert doctor.check_xla_libdevice(0, {}).status == doctor.OK
+    assert check_xla_libdevice(0, {}).status == OK
 
 
 def run_config(**overrides):
@@ -209,34 +228,34 @@ def run_config(**overrides):
 
 def test_tokens_per_batch_multiple_of_8_under_fp16():
     padded = BertConfig(vocab_size=30528)
-    line = doctor.check_tensor_core_shapes(run_config(train_batch_size=3, max_seq_length=130),
-                                           padded).line()
+    line = check_tensor_core_shapes(run_config(train_batch_size=3, max_seq_length=130),
+                                    padded).line()
     assert line.startswith("WARN tensor core shapes: train_batch_size*max_seq_length = 3*130 = "
                            "390 is not a multiple of 8: float16 matmuls under --precision=fp16")
-    assert doctor.check_tensor_core_shapes(run_config(), padded).status == doctor.OK
-    assert doctor.check_tensor_core_shapes(
+    assert check_tensor_core_shapes(run_config(), padded).status == OK
+    assert check_tensor_core_shapes(
         run_config(train_batch_size=3, max_seq_length=130, precision="fp32"),
-        LARGE).status == doctor.OK
+        LARGE).status == OK
 
 
 def test_max_predictions_too_many_wastes_compute():
-    line = doctor.check_max_predictions(run_config(max_predictions_per_seq=80)).line()
+    line = check_max_predictions(run_config(max_predictions_per_seq=80)).line()
     assert line.startswith("WARN max_predictions_per_seq: 80 is far above "
                            "max_seq_length*masked_lm_prob ~ 19")
-    assert doctor.check_max_predictions(run_config(), masked_lm_prob=0.15).line() == \
+    assert check_max_predictions(run_config(), masked_lm_prob=0.15).line() == \
         "OK   max_predictions_per_seq: 20 for ~19 masked tokens"
 
 
 def test_memory_fits_or_warns_with_formula():
     phase2 = run_config(train_batch_size=16, max_seq_length=512, max_predictions_per_seq=80,
                         num_accumulation_steps=256, use_xla=True)
-    fits = doctor.check_memory(phase2, LARGE, gpu_memory_gb=32).line()
+    fits = check_memory(phase2, LARGE, gpu_memory_gb=32).line()
     assert fits.startswith("OK   memory per GPU: estimate 25.5 GiB = weights 1.9 + grads 1.3 + "
                            "optimizer 2.5 + accumulation 1.3 + activations 17.7 + workspace 1.0")
     assert "XLA on" in fits and "float32 probs" in fits and fits.endswith("<= 32 GiB")
-    big = doctor.check_memory(run_config(train_batch_size=64, max_seq_length=512,
-                                         max_predictions_per_seq=80), LARGE,
-                              gpu_memory_gb=32).line()
+    big = check_memory(run_config(train_batch_size=64, max_seq_length=512,
+                                  max_predictions_per_seq=80), LARGE,
+                       gpu_memory_gb=32).line()
     assert big.startswith("WARN memory per GPU: estimate 111.5 GiB")
     assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 8" in big
 
@@ -244,25 +263,25 @@ def test_memory_fits_or_warns_with_formula():
 def test_half_precision_on_cpu_without_native_support_warns(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
-    flags = doctor.cpu_flags(str(cpuinfo))
+    flags = cpu_flags(str(cpuinfo))
     assert "avx2" in flags and "avx512_bf16" not in flags
-    line = doctor.check_cpu_half_precision("bf16", 0, flags).line()
+    line = check_cpu_half_precision("bf16", 0, flags).line()
     assert line.startswith("WARN half precision on CPU: --precision=bf16 on a CPU without "
                            "amx_bf16 or avx512_bf16")
     assert "use --precision=fp32" in line
-    assert doctor.check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}).status == doctor.OK
+    assert check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}).status == OK
     # XLA runs bf16's matmuls (bfloat16 -> float32 dots) in bfloat16, amp's in float32.
-    xla = doctor.check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}, use_xla=True)
-    assert xla.status == doctor.OK
-    xla = doctor.check_cpu_half_precision("amp", 0, flags | {"avx512_bf16"}, use_xla=True)
-    assert xla.status == doctor.WARN and "drop --use_xla" in xla.line()
-    assert doctor.check_cpu_half_precision("bf16", 8, flags).status == doctor.OK
-    assert doctor.check_cpu_half_precision("fp32", 0, flags).status == doctor.OK
+    xla = check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}, use_xla=True)
+    assert xla.status == OK
+    xla = check_cpu_half_precision("amp", 0, flags | {"avx512_bf16"}, use_xla=True)
+    assert xla.status == WARN and "drop --use_xla" in xla.line()
+    assert check_cpu_half_precision("bf16", 8, flags).status == OK
+    assert check_cpu_half_precision("fp32", 0, flags).status == OK
 
 
 def test_onednn_off_on_a_cpu_run_is_a_warning_with_the_fix():
-    check = doctor.check_onednn(False, 0)
-    assert check.status == doctor.WARN and "TF_ENABLE_ONEDNN_OPTS" in check.line()
-    assert doctor.check_onednn(True, 0).status == doctor.OK
-    assert doctor.check_onednn(False, 8).status == doctor.OK
+    check = check_onednn(False, 0)
+    assert check.status == WARN and "TF_ENABLE_ONEDNN_OPTS" in check.line()
+    assert check_onednn(True, 0).status == OK
+    assert check_onednn(False, 8).status == OK
 

@@ -8,7 +8,8 @@ import subprocess
 
 from conftest import PYTHON, REPO, run_command
 
-from bert_tf.tools import doctor
+from bert_tf.tools.doctor_check import FAIL, OK, WARN
+from bert_tf.tools.doctor_hosts import check_interface, check_versions, parse_hosts, rank_mapping
 
 LAUNCH = REPO / "launch" / "launch.py"
 RUN = f"{REPO}/run_pretraining.py"
@@ -51,13 +52,13 @@ def test_launch_names_a_missing_launcher(tmp_path):
 
 
 def test_rank_mapping_fills_each_hosts_slots_in_order():
-    hosts = doctor.parse_hosts(["n1:2", "n2:3"])
-    assert [(r["host"], r["local_rank"], r["cross_rank"]) for r in doctor.rank_mapping(hosts)] \
+    hosts = parse_hosts(["n1:2", "n2:3"])
+    assert [(r["host"], r["local_rank"], r["cross_rank"]) for r in rank_mapping(hosts)] \
         == [("n1", 0, 0), ("n1", 1, 0), ("n2", 0, 1), ("n2", 1, 1), ("n2", 2, 1)]
-    assert doctor.parse_hosts(["n1"]) == [("n1", 1)]
+    assert parse_hosts(["n1"]) == [("n1", 1)]
     for bad in ("n1:x", "n1:0", ":2"):
         try:
-            doctor.parse_hosts([bad])
+            parse_hosts([bad])
         except ValueError as e:
             assert bad in str(e)
         else:
@@ -70,18 +71,18 @@ def node(python="3.11.7", tf="2.21.0", interfaces=None, **extra):
 
 
 def test_doctor_names_the_node_with_other_versions():
-    check = doctor.check_versions({"n1": node(), "n2": node(tf="2.17.0")})
-    assert check.status == doctor.FAIL
+    check = check_versions({"n1": node(), "n2": node(tf="2.17.0")})
+    assert check.status == FAIL
     assert "n2: tensorflow 2.17.0 (vs 2.21.0 on n1)" in check.message
-    assert doctor.check_versions({"n1": node(), "n2": node()}).status == doctor.OK
+    assert check_versions({"n1": node(), "n2": node()}).status == OK
 
 
 def test_doctor_interface_checks():
     both = {"eth0": ["10.0.0.1"], "ib0": ["10.1.0.1"]}
     probes = {"n1": node(interfaces=both), "n2": node(interfaces={"eth0": ["10.0.0.2"]})}
-    assert doctor.check_interface(probes, None).status == doctor.OK  # only eth0 is common
-    missing = doctor.check_interface(probes, ["ib0"])
-    assert missing.status == doctor.FAIL and "n2 has no ib0" in missing.message
-    several = doctor.check_interface({"n1": node(interfaces=both), "n2": node(interfaces=both)},
+    assert check_interface(probes, None).status == OK  # only eth0 is common
+    missing = check_interface(probes, ["ib0"])
+    assert missing.status == FAIL and "n2 has no ib0" in missing.message
+    several = check_interface({"n1": node(interfaces=both), "n2": node(interfaces=both)},
                                      None)
-    assert several.status == doctor.WARN and "eth0, ib0" in several.message
+    assert several.status == WARN and "eth0, ib0" in several.message
