@@ -117,26 +117,66 @@ def prepare(args):
     return data, config_file
 
 
-def pretraining(args, data, config_file):
-    """Starts the pretraining to the largest budget (resumes a stopped one); returns the process."""
-    steps = int(args.budgets[-1] * DEMO_SEQUENCES / 64)
-    model_dir = args.work_dir / "model"
-    recipe = demo.write_recipe(str(args.work_dir), config_file, data["records"], str(model_dir),
-                               steps, save_every=int(args.budgets[0] * DEMO_SEQUENCES / 64),
-                               keep_all=True, max_seq_length=args.max_seq_length,
+def updates(budget):
+    """Updates of 64 sequences (the demo's) in `budget` x 38,400 sequences."""
+    return int(budget * DEMO_SEQUENCES / 64)
+
+
+def checkpoint(args, budget):
+    """The pretraining checkpoint (prefix) after `budget`."""
+    return args.work_dir / "model" / f"model.ckpt-{updates(budget)}"
+
+
+def checkpoint_ready(args, budget):
+    return budget == 0 or Path(f"{checkpoint(args, budget)}.index").exists()
+
+
+def start_pretraining(args, data, config_file, log):
+    """Starts the pretraining to the largest budget (resumes a stopped one), its output to
+    `log`; returns the process, or None when its last checkpoint exists."""
+    recipe = demo.write_recipe(str(args.work_dir), config_file, data["records"],
+                               str(args.work_dir / "model"), updates(args.budgets[-1]),
+                               save_every=updates(args.budgets[0]), keep_all=True,
+                               max_seq_length=args.max_seq_length,
                                max_predictions_per_seq=args.max_predictions_per_seq)
-    done = model_dir / f"model.ckpt-{steps}.index"
-    if done.exists():
+    if checkpoint_ready(args, args.budgets[-1]):
         return None
-    log = open(args.work_dir / "pretraining.log", "a")  # noqa: SIM115  closed by the caller
     return subprocess.Popen(demo.pretraining_command(recipe), cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT, env=demo.step_env(**demo.PRETRAINING_THREADS)), log
+                            stderr=subprocess.STDOUT,
+                            env=demo.step_env(**demo.PRETRAINING_THREADS))
+
+
+def finetune_all(args, data, config_file, pretraining):
+    """Fine-tunes every (task, budget, seed) as soon as its checkpoint exists, beside the
+    pretraining; returns {(task, budget): [dev accuracy per seed]}."""
+    pending = [(task, budget, seed) for budget in [0.0, *args.budgets] for task in args.tasks
+               for seed in range(1, args.seeds + 1)]
+    runs = {}
+    with concurrent.futures.ThreadPoolExecutor(args.parallel_finetuning) as pool:
+        futures = {}
+        while pending or futures:
+            for job in [j for j in pending if checkpoint_ready(args, j[1])]:
+                if len(futures) < args.parallel_finetuning:
+                    pending.remove(job)
+                    futures[pool.submit(finetune, args, config_file, data["vocab"], *job)] = job
+            if pretraining and pretraining.poll() is not None and not futures and pending:
+                common.fail(f"pretraining stopped before its last checkpoint: see "
+                            f"{args.work_dir / 'pretraining.log'}")
+            if not futures:
+                time.sleep(10)
+                continue
+            done, _ = concurrent.futures.wait(futures, timeout=10,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                task, budget, _ = futures.pop(future)
+                runs.setdefault((task, budget), []).append(future.result())
+                write(args, runs)
+    return runs
 
 
 def finetune(args, config_file, vocab, task, budget, seed):
     """One run_finetuning.py process (1 thread); its dev accuracy (cached in the work dir)."""
-    init = "" if budget == 0 else str(
-        args.work_dir / "model" / f"model.ckpt-{int(budget * DEMO_SEQUENCES / 64)}")
+    init = "" if budget == 0 else str(checkpoint(args, budget))
     learning_rate = args.finetuning_learning_rate or LEARNING_RATES[task]
     out = args.work_dir / "finetune" / "runs" / f"{task}-lr{learning_rate:g}-b{budget:g}-s{seed}"
     result = out / "eval_results.json"
@@ -152,11 +192,6 @@ def finetune(args, config_file, vocab, task, budget, seed):
         if proc.returncode:
             raise RuntimeError(f"{task} budget {budget} seed {seed} failed:\n{proc.stderr[-2000:]}")
     return json.loads(result.read_text())["accuracy"]
-
-
-def checkpoint_ready(args, budget):
-    step = int(budget * DEMO_SEQUENCES / 64)
-    return budget == 0 or (args.work_dir / "model" / f"model.ckpt-{step}.index").exists()
 
 
 def embedding_spread(checkpoint, records):
@@ -291,33 +326,18 @@ def main():
         common.fail(f"{EWT} not found (the shared data belongs beside the repository)")
     started = time.time()
     data, config_file = prepare(args)
-    pretrain = pretraining(args, data, config_file)
-    pending = [(task, budget, seed) for budget in [0.0, *args.budgets] for task in args.tasks
-               for seed in range(1, args.seeds + 1)]
-    runs = {}
-    with concurrent.futures.ThreadPoolExecutor(args.parallel_finetuning) as pool:
-        futures = {}
-        while pending or futures:
-            for job in [j for j in pending if checkpoint_ready(args, j[1])]:
-                if len(futures) < args.parallel_finetuning:
-                    pending.remove(job)
-                    futures[pool.submit(finetune, args, config_file, data["vocab"], *job)] = job
-            if pretrain and pretrain[0].poll() is not None and not futures and pending:
-                common.fail(f"pretraining stopped before its last checkpoint: see "
-                            f"{args.work_dir / 'pretraining.log'}")
-            if not futures:
-                time.sleep(10)
-                continue
-            done, _ = concurrent.futures.wait(futures, timeout=10,
-                                              return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                task, budget, _ = futures.pop(future)
-                runs.setdefault((task, budget), []).append(future.result())
-                write(args, runs)
-    if pretrain:
-        pretrain[0].wait()
-        pretrain[1].close()
-    last = args.work_dir / "model" / f"model.ckpt-{int(args.budgets[-1] * DEMO_SEQUENCES / 64)}"
+    with open(args.work_dir / "pretraining.log", "a") as log:
+        pretraining = start_pretraining(args, data, config_file, log)
+        try:
+            runs = finetune_all(args, data, config_file, pretraining)
+        except BaseException:
+            if pretraining:
+                pretraining.terminate()  # it saves a checkpoint; a rerun resumes
+            raise
+        finally:
+            if pretraining:
+                pretraining.wait()
+    last = checkpoint(args, args.budgets[-1])
     paths = write(args, runs, embedding_spread(str(last), data["records"]["train"]))
     print(paths[1].read_text())
     print(f"{time.time() - started:.0f} s; results: " + ", ".join(map(str, paths)))
