@@ -71,6 +71,9 @@ def parse_args():
     parser.add_argument("--max_seq_length", type=int, default=demo.MAX_SEQ_LENGTH)
     parser.add_argument("--max_predictions_per_seq", type=int,
                         default=demo.MAX_PREDICTIONS_PER_SEQ)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                        help="pretraining precision (the curves in bench/README.md: fp32; the "
+                             "demo picks bf16 on CPUs with native bfloat16 matmuls)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--finetuning_learning_rate", type=float, default=None,
                         help="every task's peak learning rate (default: LEARNING_RATES)")
@@ -138,7 +141,8 @@ def start_pretraining(args, data, config_file, log):
                                str(args.work_dir / "model"), updates(args.budgets[-1]),
                                save_every=updates(args.budgets[0]), keep_all=True,
                                max_seq_length=args.max_seq_length,
-                               max_predictions_per_seq=args.max_predictions_per_seq)
+                               max_predictions_per_seq=args.max_predictions_per_seq,
+                               precision=args.precision)
     if checkpoint_ready(args, args.budgets[-1]):
         return None
     return subprocess.Popen(demo.pretraining_command(recipe), cwd=REPO, stdout=log,

@@ -40,3 +40,28 @@ def test_downstream_verdict_needs_every_seed_ahead():
     assert "pretraining pays: +5.0 points" in demo.downstream_lines(ahead)[-1]
     overlapping = {**ahead, "pretrained": [0.69, 0.74, 0.73]}
     assert "does not pay here yet" in demo.downstream_lines(overlapping)[-1]
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bfloat16():
+    assert demo.pretraining_precision("auto", {"avx2", "avx512f", "avx512_bf16"}) == "bf16"
+    assert demo.pretraining_precision("auto", {"avx2", "amx_bf16"}) == "bf16"
+    assert demo.pretraining_precision("auto", {"avx2", "avx512f"}) == "fp32"
+    assert demo.pretraining_precision("fp32", {"avx512_bf16"}) == "fp32"
+
+
+def test_recipe_carries_the_precision(tmp_path):
+    recipe = demo.write_recipe(str(tmp_path), "c.json", {"train": "t*", "eval": "e*"},
+                               str(tmp_path / "model"), 600, precision="bf16")
+    assert ["--precision", "bf16"] in _flags(recipe)
+
+
+def test_a_failed_step_names_its_log_file(tmp_path):
+    log_file = tmp_path / "log.txt"
+    try:
+        demo.run_step("fails", ["python3", "-c", "print('boom'); raise SystemExit(3)"],
+                      log_file=str(log_file))
+    except demo.DemoError as e:
+        assert "exit code 3" in str(e) and str(log_file) in str(e)
+    else:
+        raise AssertionError("no DemoError")
+    assert log_file.read_text() == "boom\n"

@@ -8,16 +8,20 @@ Steps, each a command a user would run (printed as it runs):
   3. python -m bert_tf build_vocab: an 8,000-piece WordPiece vocab of the training books
   4. create_pretraining_data.py: TFRecords, seq MAX_SEQ_LENGTH (training books; one held out)
   5. python -m bert_tf doctor on the training flags, then
-     horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval
+     horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval, in bf16
+     where the CPU has native bfloat16 matmuls, else fp32
   6. python -m bert_tf predict on a few sentences
   7. loss curve PNG; python -m bert_tf analyze_attention
   8. run_finetuning.py: which of three unseen books a short passage comes from, fine-tuned
      from the demo's model and, as the baseline, from random initialisation, 3 seeds each
+     (two runs at a time, each run's output in its finetune/ folder)
 Masked-LM accuracy on the held-out book is printed next to the unigram baseline
 (always guessing the training data's most frequent masked token).
 """
 
 import collections
+import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import math
@@ -33,6 +37,8 @@ import time
 from absl import flags
 
 import bert_tf
+from bert_tf.tools.doctor_training import cpu_flags
+from bert_tf.train.config import PRECISION_MODES
 
 # bert_tf/tools/demo.py -> the repository root.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -56,6 +62,9 @@ VOCAB_SIZE = 8000
 # Fine-tuning seeds (classifier initialisation, data order; also the weights of random init):
 # one seed's luck moves the book task's dev accuracy by several points.
 FINETUNING_SEEDS = (1, 2, 3)
+# Runs at once, the cores shared among them: their start-up (imports, tracing) is one thread's
+# work, so two single-thread runs finish sooner than one two-thread run after another.
+FINETUNING_PARALLEL = 2
 # Where pretraining started to pay on the book task (`make pays`; bench/README.md, "Pretraining
 # pays?"), for a shorter --num_train_steps.
 PAYS_FROM = ("this model first beat random init here after 2,400 updates of 64 "
@@ -80,9 +89,7 @@ MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ = 128, 20
 TRAINING_FLAGS = (
     "--train_batch_size=32",
     "--eval_batch_size=32", "--optimizer_type=lamb", "--learning_rate=1e-2",
-    # fp32: at this model size bf16's casts cost more than its matmuls save.
-    "--precision=fp32", "--log_every_n_steps=10",
-    "--max_eval_steps=1000", "--do_train", "--do_eval",
+    "--log_every_n_steps=10", "--max_eval_steps=1000", "--do_train", "--do_eval",
 )
 
 
@@ -95,6 +102,7 @@ class DemoConfig:
     # the book task by more than the seeds' spread (bench/README.md, "Pretraining pays?").
     num_train_steps: int = 2400
     dupe_factor: int = 2
+    precision: str = "auto"
 
 
 def define_flags() -> None:
@@ -107,6 +115,9 @@ def define_flags() -> None:
                          "Optimizer updates of the demo model (64 sequences each).")
     flags.DEFINE_integer("dupe_factor", DemoConfig.dupe_factor,
                          "Masked copies of the training text.")
+    flags.DEFINE_enum("precision", DemoConfig.precision, ("auto", "fp32", "bf16"),
+                      "Pretraining precision; auto: bf16 where the CPU multiplies bfloat16 "
+                      "natively (AVX512_BF16, AMX), else fp32.")
 
 
 class DemoError(RuntimeError):
@@ -125,16 +136,22 @@ def step_env(**overrides):
     return env
 
 
-def run_step(name, command, **kwargs):
-    """Runs a command (printed first); DemoError naming the step if it fails."""
+def run_step(name, command, log_file=None, **kwargs):
+    """Runs a command (printed first), its output to the terminal or to `log_file`;
+    DemoError naming the step if it fails."""
     log(f"{name}: {shlex.join(str(c) for c in command)}")
     start = time.time()
     env = step_env(**kwargs.pop("env", {}))
     cwd = kwargs.pop("cwd", REPO)
-    proc = subprocess.run([str(c) for c in command], env=env, cwd=cwd, **kwargs)
+    with contextlib.ExitStack() as stack:
+        if log_file:
+            kwargs["stdout"] = stack.enter_context(open(log_file, "w", encoding="utf-8"))
+            kwargs["stderr"] = subprocess.STDOUT
+        proc = subprocess.run([str(c) for c in command], env=env, cwd=cwd, **kwargs)
     if proc.returncode:
+        where = f"in {log_file}" if log_file else "above"
         raise DemoError(f"step '{name}' failed with exit code {proc.returncode} (its output is "
-                        "above); fix the cause and rerun `make demo`")
+                        f"{where}); fix the cause and rerun `make demo`")
     log(f"{name}: done in {time.time() - start:.0f} s")
     return proc
 
@@ -187,26 +204,39 @@ def write_book_task(books_dir, data_dir):
 
 
 def finetune_books(out, books_dir, config_file, vocab, model_dir):
-    """Fine-tunes the demo model and random initialisation on the book task, once per seed.
+    """Fine-tunes the demo model and random initialisation on the book task, once per seed,
+    FINETUNING_PARALLEL runs at a time.
 
     Returns:
       {"pretrained": [dev accuracy per seed], "random_init": [...], "majority_baseline": float}.
     """
     data_dir = os.path.join(out, "finetune", "books")
     write_book_task(books_dir, data_dir)
+    runs = [(name, init, seed) for name, init in (("pretrained", model_dir), ("random_init", ""))
+            for seed in FINETUNING_SEEDS]
+    parallel = min(FINETUNING_PARALLEL, os.cpu_count() or 1)
+    threads = str(max(1, (os.cpu_count() or 1) // parallel))
+    env = {"OMP_NUM_THREADS": threads, "TF_NUM_INTRAOP_THREADS": threads,
+           "TF_NUM_INTEROP_THREADS": "1"}
+
+    def finetune(name, init, seed):
+        output_dir = os.path.join(out, "finetune", f"{name}-seed{seed}")
+        os.makedirs(output_dir, exist_ok=True)
+        run_step(f"fine-tune ({name.replace('_', ' ')}, seed {seed})", [
+            sys.executable, "run_finetuning.py", f"--data_dir={data_dir}",
+            f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
+            f"--init_checkpoint={init}", f"--output_dir={output_dir}", f"--seed={seed}",
+            f"--learning_rate={FINETUNING_LEARNING_RATE}", *FINETUNING_FLAGS],
+            log_file=os.path.join(output_dir, "log.txt"), env=env)
+        with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
+            return json.load(f)
+
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        evaluations = list(pool.map(lambda run: finetune(*run), runs))
     results = {"pretrained": [], "random_init": []}
-    for name, init in (("pretrained", model_dir), ("random_init", "")):
-        for seed in FINETUNING_SEEDS:
-            output_dir = os.path.join(out, "finetune", f"{name}-seed{seed}")
-            run_step(f"fine-tune ({name.replace('_', ' ')}, seed {seed})", [
-                sys.executable, "run_finetuning.py", f"--data_dir={data_dir}",
-                f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
-                f"--init_checkpoint={init}", f"--output_dir={output_dir}", f"--seed={seed}",
-                f"--learning_rate={FINETUNING_LEARNING_RATE}", *FINETUNING_FLAGS])
-            with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
-                evaluation = json.load(f)
-            results[name].append(evaluation["accuracy"])
-            results["majority_baseline"] = evaluation["majority_baseline"]
+    for (name, _, _), evaluation in zip(runs, evaluations):
+        results[name].append(evaluation["accuracy"])
+        results["majority_baseline"] = evaluation["majority_baseline"]
     return results
 
 
@@ -344,9 +374,19 @@ def write_model_config(out, vocab, **overrides):
     return config_file
 
 
+def pretraining_precision(requested, cpu_flags):
+    """`requested` (--precision), with auto resolved: bf16 where the CPU multiplies bfloat16
+    natively, where it ran the demo's model at 1.26x fp32's sequences/s (204 against 162 on a
+    2-core AVX512_BF16 EPYC: bench/README.md, "Pretraining pays?"); fp32 elsewhere, where
+    bf16 is emulated and slower."""
+    if requested != "auto":
+        return requested
+    return "bf16" if PRECISION_MODES["bf16"].fast_cpu_flags & cpu_flags else "fp32"
+
+
 def write_recipe(out, config_file, records, model_dir, num_train_steps, save_every=300,
                  keep_all=False, max_seq_length=MAX_SEQ_LENGTH,
-                 max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ):
+                 max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ, precision="fp32"):
     """The run_pretraining flagfile (doctor and the launcher read it); returns its path."""
     recipe = os.path.join(out, "pretrain.flags")
     with open(recipe, "w", encoding="utf-8") as f:
@@ -358,7 +398,7 @@ def write_recipe(out, config_file, records, model_dir, num_train_steps, save_eve
             # 50 for the default 600 updates; other lengths keep the proportion.
             f"--num_warmup_steps={max(1, num_train_steps // 12)}",
             f"--save_checkpoints_steps={save_every}", f"--max_seq_length={max_seq_length}",
-            f"--max_predictions_per_seq={max_predictions_per_seq}",
+            f"--max_predictions_per_seq={max_predictions_per_seq}", f"--precision={precision}",
             *([f"--keep_checkpoint_max={num_train_steps // save_every + 1}"] if keep_all else []),
             *TRAINING_FLAGS]) + "\n")
     return recipe
@@ -383,7 +423,10 @@ def run(config: DemoConfig) -> int:
         vocab, texts, records = data["vocab"], data["texts"], data["records"]
         config_file = write_model_config(out, vocab)
         model_dir = os.path.join(out, "model")
-        recipe = write_recipe(out, config_file, records, model_dir, config.num_train_steps)
+        precision = pretraining_precision(config.precision, cpu_flags())
+        log(f"pretraining precision: {precision} (--precision={config.precision})")
+        recipe = write_recipe(out, config_file, records, model_dir, config.num_train_steps,
+                              precision=precision)
         run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={recipe}"])
         run_step("pretrain (2 Horovod ranks)", pretraining_command(recipe),
                  env=PRETRAINING_THREADS)
