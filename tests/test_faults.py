@@ -27,7 +27,7 @@ from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import estimate
-from bert_tf.train import distributed, faults, loop, run_data
+from bert_tf.train import distributed, faults, loop, resume, run_data, run_setup
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 from bert_tf.train.state import INPUT_POSITION
@@ -196,10 +196,10 @@ def test_truncated_tfrecord_is_named_at_start_up_and_mid_run(data, tmp_path):
     distributed.init()
     config = _config(data, tmp_path / "out", input_files=str(cut), num_train_steps=1000)
     state = loop.PretrainingState(BertConfig.from_json_file(data.config), config)
-    batches = iter(loop.train_dataset(config, [str(cut)], 0, 1))
+    batches = iter(run_setup.train_dataset(config, [str(cut)], 0, 1))
     with pytest.raises(loop.TrainingError) as error:
         for _ in range(1000):
-            loop._guarded_update(state, batches, config)
+            faults.guarded_update(state, batches, config)
     message = str(error.value)
     assert f"{cut} is truncated: its record at byte {offset}" in message, message
     assert "rerun the same command to resume" in message, message
@@ -239,7 +239,7 @@ def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
                                            save_checkpoints_steps=2)),
                 env=ONE_THREAD, timeout=LONG)
     before = checkpoint_values(output_dir / "model.ckpt-4")
-    assert list(before[loop.RUN_LAYOUT]) == [2, 8, 1]
+    assert list(before[resume.RUN_LAYOUT]) == [2, 8, 1]
     assert before[INPUT_POSITION] == 4
 
     with pytest.raises(loop.TrainingError, match=r"2 rank\(s\) x 1 micro-batch\(es\) x 8 = 16 "
@@ -252,7 +252,7 @@ def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
     assert "input position re-derived to 8 micro-batches per rank" in out, out
     after = checkpoint_values(output_dir / "model.ckpt-6")
     assert after[INPUT_POSITION] == 8 + 2 * 2
-    assert list(after[loop.RUN_LAYOUT]) == [1, 8, 2]
+    assert list(after[resume.RUN_LAYOUT]) == [1, 8, 2]
 
 
 # ------------------------------------------------------------------ output_dir lock

@@ -26,7 +26,7 @@ from bert_tf.data import input_pipeline, records
 from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig
-from bert_tf.train import distributed, loop
+from bert_tf.train import distributed, loop, run_setup
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
 
@@ -242,9 +242,9 @@ def test_dynamic_masking_trains_with_new_masks_every_epoch(data, unmasked_train,
     assert 5 < record["masked_lm_loss"] < 12  # about ln(30522) = 10.3: masks were made and scored
     assert np.isfinite(record["loss"])
 
-    masking = loop.load_dynamic_masking(config, BertConfig.from_json_file(data.config))
+    masking = run_setup.load_dynamic_masking(config, BertConfig.from_json_file(data.config))
     num_records = sum(1 for _ in tf.data.TFRecordDataset(str(unmasked_train)))
-    batches = list(loop.train_dataset(config, [str(unmasked_train)], 0, 1, masking)
+    batches = list(run_setup.train_dataset(config, [str(unmasked_train)], 0, 1, masking)
                    .take(3 * num_records // config.train_batch_size))
     assert any((batch["input_ids"] == masking.mask_id).numpy().any() for batch in batches)
     occurrences = _masked_positions_by_record(batches).values()

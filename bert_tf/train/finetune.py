@@ -12,10 +12,11 @@ The run: read and encode the task's splits (bert_tf/data/tasks.py), initialise f
 after every epoch and keep the best weights in OUTPUT_DIR/best, then write eval_results.json
 (from the best weights), predictions.tsv for --do_predict, and a one-line summary.
 
-Training runs through pretraining's loop (loop.train_loop) and set-up: the output-dir lock,
-a checkpoint after every epoch (after its dev evaluation), stop on SIGTERM/SIGINT with a
-checkpoint, and a rerun of the same command resumes from the newest readable checkpoint at
-the same update and batch, with the best dev score read back from OUTPUT_DIR/best.
+Training runs through pretraining's loop (loop.train_loop) and set-up (run_setup.py,
+resume.py): the output-dir lock, a checkpoint after every epoch (after its dev evaluation), stop
+on SIGTERM/SIGINT with a checkpoint, and a rerun of the same command resumes from the newest
+readable checkpoint at the same update and batch, with the best dev score read back from
+OUTPUT_DIR/best.
 """
 
 import dataclasses
@@ -36,7 +37,7 @@ from bert_tf.model.tasks import (
     classification_metrics,
     classification_sums,
 )
-from bert_tf.train import distributed, evaluation, loop, precision
+from bert_tf.train import distributed, evaluation, loop, precision, resume, run_setup
 from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
 from bert_tf.train.report import Reporter
 from bert_tf.train.state import TrainState
@@ -94,17 +95,17 @@ def run(config: FinetuningConfig) -> dict:
     config.validate()
     distributed.init()
     distributed.pin_gpu_to_local_rank(config.deterministic)
-    with loop.claimed_output_dir(config.output_dir) as report:
-        bert_config = loop.load_bert_config(config.bert_config_file, config.max_seq_length)
+    with run_setup.claimed_output_dir(config.output_dir) as report:
+        bert_config = run_setup.load_bert_config(config.bert_config_file, config.max_seq_length)
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
-        loop._enable_amp(config, report)
+        run_setup.enable_amp(config, report)
         data = load_task_data(config, tokenizer, report)
         if config.do_train:
             config = config.with_schedule(data.train.num_rows, distributed.size())
         tf.random.set_seed(config.seed)
         state = FinetuningState(bert_config, config, len(data.label_names))
         if config.do_train:
-            loop.resume_or_initialise(state, config, report, _initialise)
+            resume.resume_or_initialise(state, config, report, _initialise)
         else:
             _initialise(state, config, report)
             distributed.broadcast_variables(list(state.checkpoint_variables().values()))

@@ -2,12 +2,13 @@
 
 Every rank holds a Reporter; only rank 0's writes anything, so the loop never asks which rank
 it is. Use it as a context manager: the metrics file and the TensorBoard writer are closed on
-every exit path, errors included.
+every exit path, errors included. `Throughput` times the updates for the sequences/s it reports.
 """
 
 import contextlib
 import json
 import os
+import time
 
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
@@ -19,6 +20,7 @@ from bert_tf.data.files import OutputDirError, check_writable  # noqa: F401 (re-
 SCALAR_SUMMARY = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
 NOT_PLOTTED = ("step", "num_ranks")
+TIMING_WARMUP_UPDATES = 2  # excluded from the average throughput (tracing, compilation)
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -97,6 +99,46 @@ class Reporter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class Throughput:
+    """Times updates: sequences/s per logging interval and over the run (without the first
+    TIMING_WARMUP_UPDATES, which trace and compile)."""
+
+    def __init__(self, sequences_per_update: int):
+        self.sequences_per_update = sequences_per_update
+        self.update_times = []
+        self._interval_start, self._interval_updates = time.perf_counter(), 0
+
+    def time(self, update):
+        started = time.perf_counter()
+        result = update()
+        self.update_times.append(time.perf_counter() - started)
+        self._interval_updates += 1
+        return result
+
+    def interval(self) -> dict:
+        """Sequences/s and seconds per update since the last call."""
+        elapsed = time.perf_counter() - self._interval_start
+        updates = self._interval_updates
+        self._interval_start, self._interval_updates = time.perf_counter(), 0
+        return {"sequences_per_second": updates * self.sequences_per_update / elapsed,
+                "step_time": elapsed / updates}
+
+    def summary(self, time_to_train_sequences: float) -> dict:
+        # Warm-up updates are left out on every start (a resumed run traces again); a run of
+        # no more updates than that has no throughput to report.
+        timed = self.update_times[TIMING_WARMUP_UPDATES:]
+        seconds = sum(timed)
+        per_second = len(timed) * self.sequences_per_update / seconds if seconds else None
+        return {
+            "updates_this_run": len(self.update_times),
+            "timed_updates": len(timed),
+            "avg_sequences_per_second": per_second,
+            "time_to_train_sequences": time_to_train_sequences,
+            "time_to_train_hours": (time_to_train_sequences / per_second / 3600
+                                    if per_second else None),
+        }
 
 
 def _drop_metrics_after(path: str, step: int) -> None:
