@@ -310,7 +310,7 @@ def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
     """100 updates of 2 x 8 sequences in bf16: the masked-LM loss falls from
     ln(30522) = 10.3 to the unigram level and held-out accuracy reaches the
     frequent-token level. (Beating the unigram baseline takes longer runs than
-    a test can afford on 2 shared cores; see docs/loop.md.)"""
+    a test can afford on 2 shared cores; see bench/README.md, "Convergence parity".)"""
     output_dir = tmp_path / "out"
     run_command(pretraining_command(
         data, output_dir, precision="bf16", num_accumulation_steps=2, num_train_steps=100,

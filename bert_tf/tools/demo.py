@@ -235,7 +235,7 @@ def finetune_books(out, books_dir, config_file, vocab, model_dir):
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         evaluations = list(pool.map(lambda run: finetune(*run), runs))
     results = {"pretrained": [], "random_init": []}
-    for (name, _, _), evaluation in zip(runs, evaluations):
+    for (name, _, _), evaluation in zip(runs, evaluations, strict=True):
         results[name].append(evaluation["accuracy"])
         results["majority_baseline"] = evaluation["majority_baseline"]
     return results
