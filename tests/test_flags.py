@@ -182,8 +182,9 @@ EXPECTED = {
     'demo': {
         'cache_dir': ('ArgumentParser', None, os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")),
         'dupe_factor': ('IntegerParser', None, 2),
-        'num_train_steps': ('IntegerParser', None, 2400),
+        'num_train_steps': ('IntegerParser', None, 2000),
         'output_dir': ('ArgumentParser', None, os.path.join(REPO, "demo_output")),
+        'precision': ('EnumParser', ('auto', 'fp32', 'bf16'), 'auto'),
     },
     'doctor': {**PRETRAINING,
         'gpu_memory_gb': ('FloatParser', None, None),
