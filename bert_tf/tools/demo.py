@@ -396,7 +396,7 @@ def write_recipe(out, config_file, records, model_dir, num_train_steps, save_eve
             f"--bert_config_file={config_file}", f"--input_files={records['train']}",
             f"--eval_files={records['eval']}", f"--output_dir={model_dir}",
             f"--num_train_steps={num_train_steps}",
-            # 50 for the default 600 updates; other lengths keep the proportion.
+            # A twelfth of the updates, the proportion of the first demo (50 of 600).
             f"--num_warmup_steps={max(1, num_train_steps // 12)}",
             f"--save_checkpoints_steps={save_every}", f"--max_seq_length={max_seq_length}",
             f"--max_predictions_per_seq={max_predictions_per_seq}", f"--precision={precision}",
