@@ -80,10 +80,17 @@ PREDICT_SENTENCES = (
 # (and so vocab_size) is learned from the training books: VOCAB_SIZE pieces.
 MODEL = {"hidden_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 128}
+
+
+def thread_env(compute_threads: int) -> dict:
+    """Environment overrides giving a process `compute_threads` (one inter-op thread)."""
+    return {"OMP_NUM_THREADS": str(compute_threads),
+            "TF_NUM_INTRAOP_THREADS": str(compute_threads), "TF_NUM_INTEROP_THREADS": "1"}
+
+
 # One compute thread per rank: two ranks fill two cores better than one rank's two threads
 # at this model size.
-PRETRAINING_THREADS = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
-                       "TF_NUM_INTEROP_THREADS": "1"}
+PRETRAINING_THREADS = thread_env(1)
 # Pretraining sequences: word pieces and masked positions (Google's 128 and 20).
 MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ = 128, 20
 TRAINING_FLAGS = (
@@ -216,9 +223,7 @@ def finetune_books(out, books_dir, config_file, vocab, model_dir):
     runs = [(name, init, seed) for name, init in (("pretrained", model_dir), ("random_init", ""))
             for seed in FINETUNING_SEEDS]
     parallel = min(FINETUNING_PARALLEL, os.cpu_count() or 1)
-    threads = str(max(1, (os.cpu_count() or 1) // parallel))
-    env = {"OMP_NUM_THREADS": threads, "TF_NUM_INTRAOP_THREADS": threads,
-           "TF_NUM_INTEROP_THREADS": "1"}
+    env = thread_env(max(1, (os.cpu_count() or 1) // parallel))
 
     def finetune(name, init, seed):
         output_dir = os.path.join(out, "finetune", f"{name}-seed{seed}")
