@@ -25,13 +25,17 @@ lint: venv
 	  bert_tf tests bench launch *.py
 	$(VENV)/bin/hadolint Dockerfile
 
+# pytest-xdist: a worker per core (each holds a TensorFlow, hence at most 4), whole files per
+# worker so that a module's fixtures are made once (tests/README.md, "Speed").
+XDIST := -n auto --maxprocesses=4 --dist loadfile
+
 test: lint
-	$(PY) -m pytest -q tests --ignore=tests/test_cluster.py --ignore=tests/test_container.py
+	$(PY) -m pytest -q $(XDIST) tests --ignore=tests/test_cluster.py --ignore=tests/test_container.py
 
 # TensorFlow 2.17 (the NGC image's) on Python 3.11: the tests marked `ngc`, which cover
 # the TensorFlow and Horovod APIs we use (see README.md, "Supported TensorFlow").
 test-ngc: $(NGC_STAMP)
-	$(NGC_VENV)/bin/python -m pytest -q -m ngc tests --ignore=tests/test_cluster.py \
+	$(NGC_VENV)/bin/python -m pytest -q $(XDIST) -m ngc tests --ignore=tests/test_cluster.py \
 	  --ignore=tests/test_container.py
 
 # Two nodes x two ranks on network namespaces with sshd (needs root); see docs/running.md.

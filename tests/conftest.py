@@ -1,7 +1,10 @@
-"""Shared fixtures: where the shared test data lives, and how to run scripts
-in a clean subprocess with the project's interpreter."""
+"""Shared fixtures: where the shared test data lives, how to run scripts in a clean
+subprocess with the project's interpreter, and how tests share what is costly to make
+(built_once) when pytest-xdist runs them in parallel (tests/README.md, "Speed")."""
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,36 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BERT_TF_SHARED_DATA", REPO.parent / "shared" / "data"))
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def pytest_configure(config):
+    # Under pytest-xdist (`make test`) each worker has about one core of its own: TensorFlow's
+    # default pools (a thread per core, twice over) in every worker would oversubscribe them.
+    # Set before any test imports TensorFlow, which reads these when it starts; an explicit
+    # setting in the environment wins.
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        for name, value in ONE_THREAD.items():
+            os.environ.setdefault(name, value)
+
+
+def built_once(tmp_path_factory, name, build) -> Path:
+    """The directory `name`, filled by build(directory) once per test run: a session fixture of
+    one module imported by another, and every pytest-xdist worker, get the same directory (a
+    worker that asks while another builds it waits). For records and models that several
+    tests read and none changes."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, above each worker's own
+    directory = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / ".complete").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            (directory / ".complete").touch()
+    return directory
 
 
 @pytest.fixture(scope="session")

@@ -37,17 +37,9 @@ PROCESS_RUN = dict(train_batch_size=8, num_train_steps=40, num_warmup_steps=4, l
 
 @pytest.fixture(scope="session")
 def data(tmp_path_factory, shared_data):
-    """Train/eval TFRecords from Emma (disjoint parts) and a tiny bert_config."""
-    root = tmp_path_factory.mktemp("training_data")
-    text = tiny.emma(shared_data)
-    (root / "train.txt").write_text(text[:200_000])
-    (root / "eval.txt").write_text(text[-80_000:])
-    tiny.make_records([root / "train.txt", root / "eval.txt"],
-                      [root / "train.tfrecord", root / "eval.tfrecord"],
-                      tiny.vocab_file(shared_data), 2)
-    config = tiny.write_bert_config(root / "bert_config.json")
-    return SimpleNamespace(root=root, train=root / "train.tfrecord", eval=root / "eval.tfrecord",
-                           config=config, vocab=tiny.vocab_file(shared_data))
+    """Train/eval TFRecords from Emma (disjoint parts) and a tiny bert_config: made once per
+    run, however many modules import this fixture (test_faults.py does)."""
+    return tiny.pretraining_data(tmp_path_factory, shared_data)
 
 
 @pytest.fixture(scope="module")

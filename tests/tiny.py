@@ -5,11 +5,11 @@ Emma, and the run_pretraining settings those fit."""
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-from conftest import PYTHON, REPO, run_command
+from conftest import ONE_THREAD, PYTHON, REPO, built_once, run_command
 
 VENV_BIN = Path(sys.executable).parent
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 SEQ, PREDICTIONS = 64, 10
 TINY_BERT = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=128, hidden_dropout_prob=0.0,
@@ -42,6 +42,22 @@ def make_records(text_files, record_files, vocab, dupe_factor, *extra_flags):
                  "--output_file=" + ",".join(map(str, record_files)), f"--vocab_file={vocab}",
                  f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
                  f"--dupe_factor={dupe_factor}", "--noprogress", *extra_flags], env=ONE_THREAD)
+
+
+def pretraining_data(tmp_path_factory, shared_data) -> SimpleNamespace:
+    """Train/eval TFRecords from Emma (disjoint parts) and the tiny bert_config, made once per
+    test run (built_once) for every module and worker that uses them."""
+    def build(root):
+        text = emma(shared_data)
+        (root / "train.txt").write_text(text[:200_000])
+        (root / "eval.txt").write_text(text[-80_000:])
+        make_records([root / "train.txt", root / "eval.txt"],
+                     [root / "train.tfrecord", root / "eval.tfrecord"], vocab_file(shared_data), 2)
+        write_bert_config(root / "bert_config.json")
+
+    root = built_once(tmp_path_factory, "tiny_pretraining_data", build)
+    return SimpleNamespace(root=root, train=root / "train.tfrecord", eval=root / "eval.tfrecord",
+                           config=root / "bert_config.json", vocab=vocab_file(shared_data))
 
 
 def training_settings(**settings) -> dict:
