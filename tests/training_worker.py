@@ -115,6 +115,9 @@ def main():
     np.save(out / f"dropout{rank}.npy",
             local_gradients_at_two_positions(out, config_file, files, rows(batches[0], 0)))
     print(f"rank {rank} done", flush=True)
+    # Both ranks finish 1-3 first: a rank 1 still computing 3 when rank 0's 5 s watchdog starts
+    # (a busy machine, or another pytest-xdist worker on the core) was taken for a hung one.
+    distributed.barrier()
 
     # 4. Rank 1 hangs; rank 0's watchdog must end it (exit 3) while it waits in a collective.
     if rank == 1:
