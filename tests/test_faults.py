@@ -292,10 +292,17 @@ def test_output_dir_lock_refuses_a_live_holder_and_takes_over_a_dead_one(data, t
 # ------------------------------------------------------------------ smaller ones
 
 
-def test_nan_learning_rate_is_refused(data, tmp_path):
-    with pytest.raises(PretrainingConfigError, match="--learning_rate must be a positive "
-                                                     "finite number, got nan"):
-        loop.run(_config(data, tmp_path / "out", learning_rate=float("nan")))
+@pytest.mark.parametrize("flag, value, message", [
+    ("learning_rate", float("nan"), "--learning_rate must be a finite number > 0, got nan"),
+    # issue 37: nan weight decay ran 25 skipped updates, then blamed the learning rate
+    ("weight_decay_rate", float("nan"), "--weight_decay_rate must be a finite number >= 0, "
+                                        "got nan"),
+    ("max_seq_length", 0, "--max_seq_length must be an integer >= 1, got 0"),
+])
+def test_nan_or_out_of_range_numbers_are_refused_before_anything_is_written(
+        data, tmp_path, flag, value, message):
+    with pytest.raises(PretrainingConfigError, match=f"^{re.escape(message)}$"):
+        loop.run(_config(data, tmp_path / "out", **{flag: value}))
     assert not (tmp_path / "out").exists()
 
 

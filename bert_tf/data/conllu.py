@@ -78,16 +78,21 @@ def _add_word(sentence, fields, path, line_number, require_heads):
     word_id = fields[0]
     if "-" in word_id or "." in word_id:  # multi-word token range or empty node
         return
-    if not word_id.isdigit() or int(word_id) != len(sentence.words) + 1:
+    if not _is_number(word_id) or int(word_id) != len(sentence.words) + 1:
         raise ConlluError(f"{path}:{line_number}: word id {word_id!r}, expected "
                           f"{len(sentence.words) + 1} (ids must count up from 1 in each sentence)")
-    if not fields[6].isdigit() and require_heads:
+    if not _is_number(fields[6]) and require_heads:
         raise ConlluError(f"{path}:{line_number}: HEAD field {fields[6]!r} is not a "
                           f"number (this needs gold parses)")
     sentence.words.append(fields[1])
     sentence.upos.append(fields[3])
-    sentence.heads.append(int(fields[6]) if fields[6].isdigit() else -1)
+    sentence.heads.append(int(fields[6]) if _is_number(fields[6]) else -1)
     sentence.relations.append(fields[7].split(":")[0])
+
+
+def _is_number(field):
+    """ASCII digits only: str.isdigit() also accepts '²' or '٣', which int() refuses."""
+    return field.isascii() and field.isdigit()
 
 
 def _finish(sentence, sentences, path, line_number):
@@ -97,4 +102,7 @@ def _finish(sentence, sentences, path, line_number):
         if not -1 <= head <= len(sentence.words):
             raise ConlluError(f"{path}: sentence ending at line {line_number}: word {i + 1} "
                               f"has head {head}, outside 0..{len(sentence.words)}")
+        if head == i + 1:
+            raise ConlluError(f"{path}: sentence ending at line {line_number}: word {i + 1} "
+                              "is its own head; a word's HEAD is another word or 0 (root)")
     sentences.append(sentence)
