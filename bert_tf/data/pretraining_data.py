@@ -239,6 +239,18 @@ def check_output_dirs(output_files):
             raise PretrainingDataError(str(e)) from e
 
 
+def _check_not_an_input(outputs, input_files, vocab_file) -> None:
+    """An output that is an input file or the vocab would replace it with records."""
+    inputs = {os.path.realpath(p): f"--input_file" for p in input_files}
+    inputs[os.path.realpath(vocab_file)] = "--vocab_file"
+    for output in outputs:
+        flag = inputs.get(os.path.realpath(output))
+        if flag:
+            raise PretrainingDataError(f"--output_file={output} is also {flag}: writing records "
+                                       "there would replace that file; choose another "
+                                       "--output_file")
+
+
 def _run_shard(job):
     return process_shard(*job)
 
@@ -267,6 +279,7 @@ def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config):
     if not outputs:
         raise PretrainingDataError("--output_file is empty")
     check_output_dirs(outputs)
+    _check_not_an_input(outputs, input_files, vocab_file)
     targets = assign_parts(len(input_files), len(outputs))
     jobs = [(i, path, [_part_path(outputs[j], i) for j in targets[i]], vocab_file,
              do_lower_case, config) for i, path in enumerate(input_files)]
