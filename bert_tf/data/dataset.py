@@ -34,6 +34,7 @@ from absl import flags
 import bert_tf
 from bert_tf.data import pretraining_data, shard_jobs, shards, shared_flags, wikipedia, workers
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
+from bert_tf.data.numeric_flags import check_number
 
 
 class DatasetError(ValueError):
@@ -131,10 +132,9 @@ def phase_dir_name(index, max_seq_length):
 
 
 def validate(config):
-    if config.num_workers < 1:
-        raise DatasetError(f"--num_workers={config.num_workers} must be at least 1")
-    if config.shard_mb <= 0:
-        raise DatasetError(f"--shard_mb={config.shard_mb} must be positive")
+    check_number("num_workers", config.num_workers, at_least=1, integer=True,
+                 error=DatasetError)
+    check_number("shard_mb", config.shard_mb, above=0, error=DatasetError)
     for seq, predictions in config.phases:
         config.instance_config(seq, predictions).validate()
     try:

@@ -241,7 +241,7 @@ def check_output_dirs(output_files):
 
 def _check_not_an_input(outputs, input_files, vocab_file) -> None:
     """An output that is an input file or the vocab would replace it with records."""
-    inputs = {os.path.realpath(p): f"--input_file" for p in input_files}
+    inputs = {os.path.realpath(p): "--input_file" for p in input_files}
     inputs[os.path.realpath(vocab_file)] = "--vocab_file"
     for output in outputs:
         flag = inputs.get(os.path.realpath(output))
