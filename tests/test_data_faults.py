@@ -146,7 +146,7 @@ def test_damaged_gzip_is_named_by_every_command_that_reads_text(books, tmp_path)
     """Issue 37: zlib.error in five commands (format_text, build_vocab, create_pretraining_data,
     analyze_attention, probe_syntax's CoNLL-U), all through files.read_bytes."""
     packed = bytearray(gzip.compress(books[0].read_bytes()[:60000]))
-    packed[len(packed) // 2:len(packed) // 2 + 64] = bytes(64)
+    packed[10:30] = b"\xff" * 20  # the first deflate block: "invalid block type"
     damaged = tmp_path / "books.txt.gz"
     damaged.write_bytes(bytes(packed))
     with pytest.raises(InputDataError, match=f"input file {damaged} is corrupt or truncated"):
