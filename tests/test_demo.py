@@ -78,8 +78,8 @@ def test_output_dir_is_replaced_only_when_an_earlier_demo_made_it(tmp_path, caps
                                     dupe_factor=0)) == 1
     assert "--dupe_factor must be an integer >= 1, got 0" in capsys.readouterr().err
     assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache))) == 1
-    assert (f"--output_dir={work} holds files not made by an earlier demo run (model.ckpt)"
-            in capsys.readouterr().err)
+    assert (f"--output_dir={work} holds files not made by an earlier demo run (model.ckpt); "
+            "demo replaces the whole directory" in capsys.readouterr().err)
     assert (work / "model.ckpt").read_text() == "weeks of training"
     assert not cache.exists()
     from bert_tf.data.output_dir import check_output_dir, mark_as_owned

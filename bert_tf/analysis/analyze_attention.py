@@ -262,7 +262,7 @@ def check_args(args):
                  error=AnalysisError)  # 0 = all
     check_number("max_seq_length", args.max_seq_length, at_least=4, integer=True,
                  error=AnalysisError)
-    check_output_dir(args.output_dir, "output_dir", owned=report_files.ATTENTION_REPORT_FILES)
+    check_output_dir(args.output_dir, "output_dir")
 
 
 def analyse(args):

@@ -1,9 +1,9 @@
 """What every command checks of the directory it writes, before any work: a directory (not a
-file), empty or holding only this command's own files (not another job's), writable, and not
-in use by a second run at the same time; and how a command replaces its earlier report there
-without leaving a partial or stale one (`replace_files_in`).
+file), writable (on a read-only mount too), not another job's when the command replaces all of
+it, and not in use by a second run at the same time; and how a command replaces its earlier
+output there without leaving a partial or stale one, or touching other files.
 
-    check_output_dir(config.output_dir, "output_dir", owned=REPORT_FILES)
+    check_output_dir(config.output_dir, "output_dir")   # before any computation
     with OutputDirLock(config.output_dir), replace_files_in(config.output_dir,
                                                             REPORT_FILES) as staging:
         write_report(staging)
@@ -36,36 +36,32 @@ def check_new_output_dir(directory, flag, holds="files"):
                              "directory")
 
 
-def check_output_dir(directory, flag, owned=(), command=None):
+def check_output_dir(directory, flag, command=None):
     """The one up-front check of a command's output directory (it creates nothing: a run
     refused later leaves no empty directory behind).
 
     Args:
       directory: the directory the command writes.
       flag: its flag name, for the messages (--flag=directory).
-      owned: glob patterns (relative to the directory) of what the command itself writes; a
-        directory holding only such entries (an earlier run's) may be written again.
-      command: a directory marked by `mark_as_owned(directory, command)` is the command's
-        entirely (e.g. an earlier demo's), whatever it holds.
+      command: for a command that replaces the whole directory (the demo): the directory
+        must be missing, empty, or marked by `mark_as_owned(directory, command)` in an
+        earlier run. Without it, the command replaces only its own files (replace_files_in)
+        and leaves others there.
 
     Returns:
       The absolute path of the directory.
 
     Raises:
-      OutputDirError: it is a file, holds other files (another job's work, which the command
-        would mix with or replace), or cannot be created or written.
+      OutputDirError: it is a file, holds files `command` did not make (another job's work,
+        which would be lost), or cannot be created or written.
     """
     directory = os.path.abspath(directory)
-    entries = _entries(directory, flag)
-    if command is None or _owner(directory) != command:
-        foreign = [e for e in entries if not e.startswith(OWN_PREFIX)
-                   and not any(fnmatch.fnmatch(e, p.split("/")[0]) for p in owned)]
-        if foreign:
-            shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
-            made_by = f"an earlier {command} run" if command else "this command"
-            raise OutputDirError(f"--{flag}={directory} holds files not made by {made_by} "
-                                 f"({shown}); they would be replaced or mixed with the new "
-                                 "output: choose a new or empty directory")
+    entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
+    if command is not None and entries and _owner(directory) != command:
+        shown = ", ".join(entries[:3]) + (" ..." if len(entries) > 3 else "")
+        raise OutputDirError(f"--{flag}={directory} holds files not made by an earlier "
+                             f"{command} run ({shown}); {command} replaces the whole "
+                             "directory: choose a new or empty one")
     _check_creatable(directory, flag)
     return directory
 
