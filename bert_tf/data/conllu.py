@@ -7,7 +7,7 @@ syntactic words are what the tags and heads describe.
 import dataclasses
 import os
 
-from bert_tf.data.files import InputDataError, read_text
+from bert_tf.data.files import InputDataError, read_exact_text
 
 
 class ConlluError(ValueError):
@@ -57,13 +57,9 @@ def _lines(path, flag):
     if not os.path.isfile(path):
         raise ConlluError(f"--{flag}: no such file {path}")
     try:
-        text, replaced = read_text(path)
+        text = read_exact_text(path)
     except InputDataError as e:
         raise ConlluError(f"--{flag}: {e}") from None
-    if replaced:
-        line = text.count("\n", 0, text.index("\ufffd")) + 1
-        raise ConlluError(f"{path}:{line}: not UTF-8 ({replaced} undecodable byte(s) in the "
-                          "file); CoNLL-U is UTF-8: convert the file (e.g. with iconv)")
     return text.removesuffix("\n").split("\n")
 
 

@@ -88,6 +88,17 @@ def read_text(path):
     return decode_text(read_bytes(path), path)
 
 
+def read_exact_text(path):
+    """The text of a file where a changed character would change the data (labels, words,
+    heads): InputDataError naming the line of the first byte that is not UTF-8."""
+    text, replaced = read_text(path)
+    if replaced:
+        line = text.count("\n", 0, text.index("\ufffd")) + 1
+        raise InputDataError(f"{path}:{line}: not UTF-8 ({replaced} undecodable byte(s) in the "
+                             "file); convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    return text
+
+
 def decode_text(raw, path):
     """UTF-8 (or UTF-16 with a byte-order mark) -> (text, count of undecodable bytes replaced
     by U+FFFD). Refuses input that is mostly undecodable (binary, or another encoding)."""
