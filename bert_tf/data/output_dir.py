@@ -30,9 +30,8 @@ def check_new_output_dir(directory, flag, holds="files"):
     lock of the run that checks) is fine."""
     entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
     if entries:
-        shown = ", ".join(entries[:3]) + (" ..." if len(entries) > 3 else "")
-        raise OutputDirError(f"--{flag}={directory} is not empty (it holds {shown}); writing "
-                             f"{holds} there would replace them: choose a new or empty "
+        raise OutputDirError(f"--{flag}={directory} is not empty (it holds {_some(entries)}); "
+                             f"writing {holds} there would replace them: choose a new or empty "
                              "directory")
 
 
@@ -58,9 +57,8 @@ def check_output_dir(directory, flag, command=None):
     directory = os.path.abspath(directory)
     entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
     if command is not None and entries and _owner(directory) != command:
-        shown = ", ".join(entries[:3]) + (" ..." if len(entries) > 3 else "")
         raise OutputDirError(f"--{flag}={directory} holds files not made by an earlier "
-                             f"{command} run ({shown}); {command} replaces the whole "
+                             f"{command} run ({_some(entries)}); {command} replaces the whole "
                              "directory: choose a new or empty one")
     _check_creatable(directory, flag)
     return directory
@@ -87,6 +85,10 @@ def mark_as_owned(directory, command) -> None:
     """Marks `directory` (which `command` made) as all its own, for check_output_dir."""
     with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as f:
         f.write(command + "\n")
+
+
+def _some(entries) -> str:
+    return ", ".join(entries[:3]) + (" ..." if len(entries) > 3 else "")
 
 
 def _owner(directory):
