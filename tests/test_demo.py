@@ -86,3 +86,8 @@ def test_output_dir_is_replaced_only_when_an_earlier_demo_made_it(tmp_path, caps
 
     mark_as_owned(work, "demo")  # what a demo run does to the directory it makes
     assert check_output_dir(work, "output_dir", command="demo") == str(work)
+    older_demo = tmp_path / "demo_output"  # made before the owner mark existed
+    for name in ("model", "corpus"):
+        (older_demo / name).mkdir(parents=True)
+    (older_demo / "pretrain.flags").write_text("--do_train\n")
+    assert demo.check_config(demo.DemoConfig(output_dir=str(older_demo))) == str(older_demo)

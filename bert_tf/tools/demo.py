@@ -104,6 +104,12 @@ TRAINING_FLAGS = (
 
 
 
+# What a demo writes at the top of --output_dir: a directory holding only these, its
+# pretrain.flags among them, was made by a demo older than the owner mark (.bert_tf-owner).
+DEMO_ENTRIES = {"vocab.txt", "corpus", "data", "bert_config.json", "pretrain.flags", "model",
+                "loss_curve.png", "predictions.txt", "attention", "finetune", "summary.txt"}
+
+
 @dataclasses.dataclass
 class DemoConfig:
     output_dir: str = os.path.join(REPO, "demo_output")
@@ -427,6 +433,10 @@ def check_config(config: DemoConfig) -> str:
     DemoError or OutputDirError name the flag."""
     for name in ("num_train_steps", "dupe_factor"):
         check_number(name, getattr(config, name), at_least=1, integer=True, error=DemoError)
+    with contextlib.suppress(OSError):
+        entries = set(os.listdir(config.output_dir))
+        if "pretrain.flags" in entries and entries <= DEMO_ENTRIES:  # a demo's before the mark
+            mark_as_owned(config.output_dir, "demo")
     return check_output_dir(config.output_dir, "output_dir", command="demo")
 
 
