@@ -47,11 +47,17 @@ def check_writable(directory, flag):
     --flag (the one rule for every command that writes output)."""
     try:
         os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-            pass
+        prove_writable(directory)
     except OSError as e:
         raise OutputDirError(f"--{flag}={directory} is not writable ({e.strerror}); choose a "
                              "directory you can write to") from None
+
+
+def prove_writable(directory) -> None:
+    """Makes and removes a file in `directory`; OSError if that cannot be done (permissions
+    say too little: root passes them, a read-only mount does not)."""
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".bert_tf-write-test-"):
+        pass
 
 
 # Compressed inputs are read transparently, by file name (what the corpora users download are).

@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 
-from bert_tf.data.files import OutputDirError
+from bert_tf.data.files import OutputDirError, prove_writable
 
 LOCK_FILE = ".bert_tf.lock"
 # Names this package keeps in an output directory: the lock, the owner mark, staging dirs.
@@ -74,8 +74,7 @@ def _check_creatable(directory, flag) -> None:
         raise OutputDirError(f"--{flag}={directory} is not writable ({existing} is a file); "
                              "choose a directory you can write to")
     try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=f"{OWN_PREFIX}-write-test-"):
-            pass
+        prove_writable(existing)
     except OSError as e:
         raise OutputDirError(f"--{flag}={directory} is not writable ({existing}: {e.strerror})"
                              "; choose a directory you can write to") from None
