@@ -235,6 +235,9 @@ def test_bad_inputs_rejected(vocab_file, corpus, tmp_path):
         create(vocab=str(vocab))
     with pytest.raises(pdata.PretrainingDataError, match="--max_predictions_per_seq=200"):
         create(max_seq_length=128, max_predictions_per_seq=200)
+    with pytest.raises(pdata.PretrainingDataError, match=r"--masked_lm_prob must be a finite "
+                                                         r"number in \(0, 1\), got nan"):
+        create(masked_lm_prob=float("nan"))
     (tmp_path / "file").write_text("")
     with pytest.raises(pdata.PretrainingDataError, match="file/x is not writable"):
         create(output=str(tmp_path / "file" / "x" / "y.tfrecord"))
