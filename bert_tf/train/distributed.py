@@ -134,10 +134,19 @@ def allreduce_mean(tensors, fp16_compression: bool = False) -> list:
 
 
 def _grouped_allreduce(tensors, op, fp16_compression: bool) -> list:
-    if hvd.size() == 1:
-        return list(tensors)
+    tensors = list(tensors)
     compression = hvd.Compression.fp16 if fp16_compression else hvd.Compression.none
-    return hvd.grouped_allreduce(list(tensors), op=op, compression=compression)
+
+    def reduce():
+        return hvd.grouped_allreduce(tensors, op=op, compression=compression)
+
+    if tf.executing_eagerly() or not launched_elastic():
+        return reduce() if hvd.size() > 1 else tensors
+    # Traced under elastic Horovod, where the graph outlives the world size it was traced at:
+    # whether to reduce is decided when it runs, by Horovod's size op, as Horovod does itself
+    # under elastic (horovod/tensorflow/__init__.py, _allreduce_cond). hvd.Average divides by
+    # the size at run time too.
+    return tf.cond(hvd.size_op() > 1, reduce, lambda: [tf.identity(t) for t in tensors])
 
 
 def broadcast_variables(variables, root_rank: int = 0) -> None:
