@@ -2,8 +2,14 @@
 
 Works with horovodrun, mpirun, or no launcher at all (one process, size 1).
 A dead peer must not leave the others hanging in a collective: a
-`Watchdog` ends this process with an error when no update completes for a bounded time,
-and Horovod's own stall shutdown is switched on as a second line of defence.
+`Watchdog` ends this process with an error when no update completes for a bounded time
+(--peer_timeout_seconds, 900 s by default). Horovod's own stall shutdown stays off, its default
+(horovod/common/stall_inspector.h: stall_shutdown_time_seconds = 0) and what NVIDIA's TF2 BERT
+runs with (its run.sub and scripts set no HOROVOD_STALL_*): it would end a job whose ranks
+wait for rank 0 writing and re-reading a ~4 GB BERT-large LAMB checkpoint on shared storage,
+or for a slow rank's XLA compile or file checks at start. Horovod's stall warning (after 60 s)
+stays on and names the ranks that have not submitted a tensor; HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
+set by the user is honoured.
 """
 
 import os
@@ -21,20 +27,11 @@ from horovod.common.exceptions import HorovodInternalError
 from bert_tf.model import devices
 from bert_tf.train.report import OutputDirError
 
-# Set before hvd.init(): Horovod reads them then. A collective whose peers
-# stopped submitting tensors is shut down after this many seconds.
-_STALL_ENV = {
-    "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
-    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300",
-}
-
 
 def init() -> None:
     """Initialises Horovod once (idempotent)."""
     if hvd.is_initialized():
         return
-    for name, value in _STALL_ENV.items():
-        os.environ.setdefault(name, value)
     hvd.init()
 
 
