@@ -40,7 +40,7 @@ from bert_tf.analysis.analyze_attention import (
 )
 from bert_tf.data.conllu import ConlluError, read_conllu
 from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import modeling
+from bert_tf.model import devices, modeling
 from bert_tf.model.config import BertConfigError
 
 LENGTH_BUCKET = 16  # forward passes pad to a multiple of this: few traces, little padding
@@ -410,6 +410,8 @@ def _settings_note(tuning):
 
 
 def run(args: ProbeArgs) -> int:
+    """Probes the model and prints the UAS table; returns the exit status."""
+    devices.use_one_gpu()
     report = run_probes(args)
     table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
                       f"{_settings_note(report['tuning'].get(name))}"

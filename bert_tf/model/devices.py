@@ -32,9 +32,14 @@ def runtime_initialized() -> bool:
     return context.context()._initialized  # no public API tells
 
 
+class DeviceError(RuntimeError):
+    """More processes on a node than it has GPUs; the message says how many to start."""
+
+
 def use_one_gpu(index: int = 0, deterministic: bool = False) -> None:
-    """Makes GPU `index` (modulo the GPUs present) this process's only GPU, with memory
-    growth; nothing on a machine without GPUs.
+    """Makes GPU `index` this process's only GPU, with memory growth; nothing on a machine
+    without GPUs. Raises DeviceError when there is no GPU `index` (more ranks on the node than
+    GPUs: two ranks on one GPU would run out of memory or run at half speed).
 
     Args:
       index: the process's GPU, e.g. Horovod's local rank; 0 for a single-process tool.
@@ -48,10 +53,20 @@ def use_one_gpu(index: int = 0, deterministic: bool = False) -> None:
         tf.config.experimental.enable_op_determinism()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        gpu = gpus[index % len(gpus)]
+        gpu = gpu_of_local_rank(gpus, index)
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)
         bind_to_gpu_cpus(index)
+
+
+def gpu_of_local_rank(gpus: list, index: int):
+    """gpus[index], or DeviceError naming the GPU count when the node has fewer GPUs."""
+    if index >= len(gpus):
+        raise DeviceError(
+            f"this process is local rank {index} but its node has {len(gpus)} visible GPU(s): "
+            f"start at most {len(gpus)} rank(s) per node (horovodrun/mpirun -np, launch.py "
+            "--num_gpus, the host:slots of --hosts), one per GPU")
+    return gpus[index]
 
 
 def bind_to_gpu_cpus(index: int, pci_devices: str = NVIDIA_PCI_DEVICES) -> set[int] | None:

@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from bert_tf.data.files import InputDataError
 from bert_tf.data.tokenization import VocabError
-from bert_tf.model import checkpoints
+from bert_tf.model import checkpoints, devices
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import (
     METRIC_SUMS,
@@ -275,7 +275,8 @@ def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: Loo
 
 # The errors a user can fix: reported on stderr without a traceback.
 USER_ERRORS = (TrainingError, PretrainingConfigError, BertConfigError, checkpoints.CheckpointError,
-               InputDataError, precision.PrecisionError, VocabError, OutputDirError)
+               InputDataError, precision.PrecisionError, VocabError, OutputDirError,
+               devices.DeviceError)
 
 
 def main(config: PretrainingConfig) -> None:
