@@ -188,13 +188,32 @@ def test_more_ranks_on_a_node_than_gpus_are_refused():
 
 
 def test_gpu_cpus_are_read_from_the_gpus_pci_device(tmp_path):
-    # NVML's order is PCI address order; sysfs names each GPU's local CPUs.
-    for address, cpus in (("0000:b1:00.0", "20-39,60-79"), ("0000:3b:00.0", "0-19,40-59")):
-        (tmp_path / address).mkdir()
-        (tmp_path / address / "local_cpulist").write_text(cpus + "\n")
-    (tmp_path / "module").mkdir()  # other entries of the driver's directory
+    # NVML's order is PCI address order; sysfs names each GPU's local CPUs, the driver's
+    # /proc files each GPU's UUID and device minor.
+    sysfs, proc = tmp_path / "sys", tmp_path / "proc"
+    for address, cpus, minor in (("0000:b1:00.0", "20-39,60-79", 1),
+                                 ("0000:3b:00.0", "0-19,40-59", 0)):
+        (sysfs / address).mkdir(parents=True)
+        (sysfs / address / "local_cpulist").write_text(cpus + "\n")
+        (proc / address).mkdir(parents=True)
+        (proc / address / "information").write_text(
+            f"Model: \t\t NVIDIA A100-SXM4-40GB\nGPU UUID: \t GPU-{minor}aaa\n"
+            f"Device Minor: \t {minor}\n")
+    (sysfs / "module").mkdir()  # other entries of the driver's directory
     from bert_tf.model import devices
 
-    assert devices.gpu_cpus(0, str(tmp_path)) == set(range(0, 20)) | set(range(40, 60))
-    assert devices.gpu_cpus(1, str(tmp_path)) == set(range(20, 40)) | set(range(60, 80))
-    assert devices.gpu_cpus(0, str(tmp_path / "absent")) is None
+    near = {0: set(range(0, 20)) | set(range(40, 60)), 1: set(range(20, 40)) | set(range(60, 80))}
+
+    def cpus(index, **environ):
+        return devices.gpu_cpus(index, str(sysfs), str(proc), environ)
+
+    assert cpus(0) == near[0] and cpus(1) == near[1]
+    assert devices.gpu_cpus(0, str(tmp_path / "absent"), str(proc), {}) is None
+    # CUDA_VISIBLE_DEVICES (Slurm always sets it) used to skip the binding altogether.
+    assert cpus(0, CUDA_VISIBLE_DEVICES="1") == near[1]
+    assert cpus(1, CUDA_VISIBLE_DEVICES="1,0") == near[0]
+    assert cpus(0, CUDA_VISIBLE_DEVICES="GPU-1aaa") == near[1]
+    # Slurm confining devices numbers them from 0; its step's GPUs are the absolute ones.
+    assert cpus(0, CUDA_VISIBLE_DEVICES="0", SLURM_STEP_GPUS="1") == near[1]
+    assert cpus(0, CUDA_VISIBLE_DEVICES="MIG-3f2a") is None
+    assert cpus(1, CUDA_VISIBLE_DEVICES="0") is None
