@@ -119,6 +119,13 @@ def check_shared_output_dir(output_dir: str) -> None:
             "--output_dir on a filesystem every node mounts at the same path (NFS, Lustre, ...)")
 
 
+def gathered(value, name: str) -> list:
+    """Every rank's `value` (a picklable object), in rank order, on every rank."""
+    if hvd.size() == 1:
+        return [value]
+    return hvd.allgather_object(value, name=name)
+
+
 def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
     """Sums a list of tensors over ranks in one grouped (fused) allreduce."""
     return _grouped_allreduce(tensors, hvd.Sum, fp16_compression)
