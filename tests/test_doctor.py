@@ -23,6 +23,7 @@ from bert_tf.tools.doctor_environment import (
 )
 from bert_tf.tools.doctor_training import (
     check_cpu_half_precision,
+    check_deterministic_xla,
     check_max_predictions,
     check_memory,
     check_tensor_core_shapes,
@@ -224,6 +225,16 @@ def run_config(**overrides):
                   num_accumulation_steps=128)
     values.update(overrides)
     return PretrainingConfig(**values)
+
+
+def test_deterministic_with_xla_warns_of_sequential_scatters():
+    line = check_deterministic_xla(run_config(deterministic=True, use_xla=True)).line()
+    assert line.startswith("WARN --deterministic with --use_xla: on a GPU, XLA turns the "
+                           "embedding gradients' scatter-adds (8,192 token rows per micro-batch"), \
+        line
+    assert "sequential loops" in line and "drop --use_xla with it" in line
+    for flags in (dict(deterministic=True), dict(use_xla=True), {}):
+        assert check_deterministic_xla(run_config(**flags)).status == OK
 
 
 def test_tokens_per_batch_multiple_of_8_under_fp16():

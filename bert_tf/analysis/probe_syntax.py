@@ -40,7 +40,7 @@ from bert_tf.data.files import OutputDirError
 from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.output_dir import check_output_dir, replace_files_in
 from bert_tf.data.tokenization import FullTokenizer, VocabError, check_vocab_size
-from bert_tf.model import modeling
+from bert_tf.model import devices, modeling
 from bert_tf.model.config import BertConfigError
 
 # Everything a run writes in --output_dir (an earlier run's are replaced or removed).
@@ -412,6 +412,8 @@ def _settings_note(tuning):
 
 
 def run(args: ProbeArgs) -> int:
+    """Probes the model and prints the UAS table; returns the exit status."""
+    devices.use_one_gpu()
     report = run_probes(args)
     table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
                       f"{_settings_note(report['tuning'].get(name))}"

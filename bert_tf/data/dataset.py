@@ -243,6 +243,8 @@ def run(config: DatasetConfig) -> int:
     """Prepares the dataset and prints its counts; returns the exit status (128 + the signal
     when interrupted). DatasetError, InputDataError, PretrainingDataError, VocabError on bad
     input."""
+    # Also when this process makes the records itself (--num_workers=1, or one input file).
+    workers.hide_gpus()
     try:
         with workers.interruptible():
             manifest = prepare_dataset(config)

@@ -1,6 +1,6 @@
 """The doctor's checks of a training run: run_pretraining's flags, the bert_config_file and
-the TFRecords, tensor-core shapes, sequence length, max_predictions_per_seq, memory per GPU
-and half precision on a CPU."""
+the TFRecords, tensor-core shapes, sequence length, max_predictions_per_seq, memory per GPU,
+--deterministic with XLA and half precision on a CPU."""
 
 import dataclasses
 
@@ -182,9 +182,31 @@ def check_cpu_half_precision(precision: str, gpu_count: int, flags: set,
                  "CPUs with AVX512_BF16/AMX")
 
 
+def check_deterministic_xla(config: PretrainingConfig) -> Check:
+    """--deterministic with --use_xla: XLA's GPU compiler, asked for determinism, expands
+    scatters whose float adds could run in any order (ScatterExpander's
+    kEliminateIndeterministicScatters, in XLA's gpu_compiler.cc) into a loop over the scattered
+    rows, one after another: the gradients of the embedding lookups (a row per token) and of
+    the masked-LM gather. Newer XLA first tries a sort-based expansion
+    (ScatterDeterminismExpander), which early versions applied only to one-element rows."""
+    name = "--deterministic with --use_xla"
+    if not (config.deterministic and config.use_xla):
+        return Check(OK, name, "not both set")
+    rows = config.train_batch_size * config.max_seq_length
+    return Check(WARN, name, f"on a GPU, XLA turns the embedding gradients' scatter-adds "
+                 f"({rows:,} token rows per micro-batch at --train_batch_size="
+                 f"{config.train_batch_size} x --max_seq_length={config.max_seq_length}, for "
+                 "each embedding table, plus the masked-LM gather's) into sequential loops: "
+                 "expect slower updates (not measured: no GPU has run it; docs/running.md)",
+                 "use --deterministic for a reproducible debugging run, not for the full "
+                 "training; or drop --use_xla with it (TensorFlow has deterministic GPU kernels "
+                 "for these)")
+
+
 def training_checks(config: PretrainingConfig, bert_config: BertConfig | None,
                     masked_lm_prob: float, gpu_memory_gb: float | None) -> list[Check]:
     return [check_sequence_length(config, bert_config),
             check_tensor_core_shapes(config, bert_config),
             check_max_predictions(config, masked_lm_prob),
-            check_memory(config, bert_config, gpu_memory_gb)]
+            check_memory(config, bert_config, gpu_memory_gb),
+            check_deterministic_xla(config)]
