@@ -24,6 +24,14 @@ import math
 from absl import flags
 
 import bert_tf
+from bert_tf.data.numeric_flags import (
+    AT_LEAST_ONE,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    NumericFlagError,
+    check_numbers,
+)
 from bert_tf.model.config import BertConfigError
 from bert_tf.tools import hardware, performance, plan, recipe
 from bert_tf.tools.model_size import (
@@ -46,6 +54,22 @@ def throughput_from_metrics(path, num_devices=None, skip_first=1):
     each record's `num_ranks` or else `num_devices`. The first `skip_first` records
     (tracing/compilation) are skipped when there are more."""
     records = []
+    for line_number, record in _metrics_records(path):
+        if "sequences_per_second" in record:
+            _check_throughput_record(path, line_number, record, num_devices)
+            records.append(record)
+    if not records:
+        raise EstimateError(
+            f"--metrics_file={path}: no record has 'sequences_per_second'; pass a metrics.jsonl "
+            "written by run_pretraining.py, or --sequences_per_second")
+    if len(records) > skip_first:
+        records = records[skip_first:]
+    per_device = [r["sequences_per_second"] / r.get("num_ranks", num_devices) for r in records]
+    return sum(per_device) / len(per_device)
+
+
+def _metrics_records(path):
+    """(line number, JSON object) of each non-empty line of a metrics.jsonl."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
@@ -54,6 +78,10 @@ def throughput_from_metrics(path, num_devices=None, skip_first=1):
     except IsADirectoryError:
         raise EstimateError(f"--metrics_file={path} is a directory; pass the metrics.jsonl in "
                             "it") from None
+    except UnicodeDecodeError:
+        raise EstimateError(f"--metrics_file={path}: not a text file (not UTF-8); pass the "
+                            "metrics.jsonl run_pretraining.py wrote") from None
+    records = []
     for line_number, line in lines:
         try:
             record = json.loads(line)
@@ -61,23 +89,26 @@ def throughput_from_metrics(path, num_devices=None, skip_first=1):
             if line_number == lines[-1][0] and not line.endswith("\n"):
                 continue  # the last line, cut short by a kill mid-write
             raise EstimateError(f"{path}:{line_number}: not JSON ({e})") from None
-        if "sequences_per_second" in record:
-            records.append(record)
-    if not records:
+        if not isinstance(record, dict):
+            raise EstimateError(f"{path}:{line_number}: not a JSON object (a metrics.jsonl "
+                                "line is one record {{...}})")
+        records.append((line_number, record))
+    return records
+
+
+def _check_throughput_record(path, line_number, record, num_devices):
+    """A record's sequences_per_second is a positive number and its rank count known."""
+    try:
+        check_numbers(record, {"sequences_per_second": POSITIVE, "num_ranks": AT_LEAST_ONE})
+    except NumericFlagError as e:
+        raise EstimateError(f"{path}:{line_number}: {str(e).removeprefix('--')}: not a "
+                            "throughput run_pretraining.py writes") from None
+    if record.get("sequences_per_second") is None:
+        raise EstimateError(f"{path}:{line_number}: sequences_per_second is null")
+    if record.get("num_ranks", num_devices) is None:
         raise EstimateError(
-            f"--metrics_file={path}: no record has 'sequences_per_second'; pass a metrics.jsonl "
-            "written by run_pretraining.py, or --sequences_per_second")
-    if len(records) > skip_first:
-        records = records[skip_first:]
-    per_device = []
-    for record in records:
-        ranks = record.get("num_ranks", num_devices)
-        if not ranks:
-            raise EstimateError(
-                f"--metrics_file={path} does not say how many ranks ran: pass "
-                "--metrics_num_devices (the -np of that run)")
-        per_device.append(record["sequences_per_second"] / ranks)
-    return sum(per_device) / len(per_device)
+            f"--metrics_file={path} does not say how many ranks ran: pass "
+            "--metrics_num_devices (the -np of that run)")
 
 
 @dataclasses.dataclass
@@ -145,6 +176,33 @@ class EstimateConfig:
     use_xla: bool | None = None
     fp16_allreduce: bool | None = None
     max_nodes: int = 64
+
+
+# Every numeric flag's allowed values (bert_tf.data.numeric_flags); None: not given.
+NUMERIC_FLAGS = {
+    "max_seq_length": AT_LEAST_ONE, "max_predictions_per_seq": AT_LEAST_ONE,
+    "num_sequences": POSITIVE, "corpus_tokens": POSITIVE, "epochs": POSITIVE,
+    "num_train_steps": AT_LEAST_ONE, "global_batch_size": AT_LEAST_ONE,
+    "num_devices": AT_LEAST_ONE, "sequences_per_second": POSITIVE,
+    "metrics_num_devices": AT_LEAST_ONE, "efficiency": FRACTION,
+    "price_per_device_hour": NON_NEGATIVE, "peak_tflops": POSITIVE,
+    "gpus_per_node": AT_LEAST_ONE, "num_nodes": AT_LEAST_ONE, "network_gbps": POSITIVE,
+    "price_per_hour": NON_NEGATIVE, "train_batch_size": AT_LEAST_ONE,
+    "num_accumulation_steps": AT_LEAST_ONE, "max_nodes": AT_LEAST_ONE,
+}
+
+
+def checked_config(config: EstimateConfig) -> EstimateConfig:
+    """The config with its --recipe's values filled in, every number checked (the flags'
+    first, then the recipe's): NumericFlagError or recipe.RecipeError naming the flag."""
+    check_numbers(config, NUMERIC_FLAGS)
+    filled = recipe.with_recipe(config)
+    if config.recipe:
+        check_numbers(filled, NUMERIC_FLAGS, where=f"--recipe={config.recipe}: ")
+    if filled.max_predictions_per_seq > filled.max_seq_length:
+        raise EstimateError(f"--max_predictions_per_seq={filled.max_predictions_per_seq} "
+                            f"exceeds --max_seq_length={filled.max_seq_length}")
+    return filled
 
 
 def define_flags():
@@ -241,8 +299,6 @@ def measured_throughput(config: EstimateConfig):
         per_device, source = config.sequences_per_second, "--sequences_per_second"
     else:
         return None, None
-    if per_device <= 0:
-        raise EstimateError(f"throughput must be positive, got {per_device}")
     return per_device, source
 
 
@@ -260,11 +316,9 @@ def print_model_and_training(bert_config, config: EstimateConfig):
 def print_estimate(config: EstimateConfig) -> TrainingEstimate:
     """Prints the estimate without hardware (a throughput you give, linear scaling times an
     efficiency); EstimateError or BertConfigError on bad input."""
-    config = recipe.with_recipe(config)
+    config = checked_config(config)
     bert_config = load_model_config(config.bert_config_file, config.model)
     number_of_sequences(config)  # its errors before the throughput's
-    if config.num_devices < 1:
-        raise EstimateError(f"--num_devices must be >= 1, got {config.num_devices}")
     per_device, source = measured_throughput(config)
     if per_device is None:
         raise EstimateError("give the throughput exactly one way: --sequences_per_second "
@@ -272,8 +326,6 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
                             "give the hardware (--instance or --gpu) to have it modelled")
     efficiency = (default_efficiency(config.num_devices) if config.efficiency is None
                   else config.efficiency)
-    if not 0 < efficiency <= 1:
-        raise EstimateError(f"--efficiency must be in (0, 1], got {efficiency}")
 
     sequences = print_model_and_training(bert_config, config)
     estimate = TrainingEstimate(sequences, per_device, config.num_devices, efficiency)
@@ -298,14 +350,12 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
 
 def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
     """Prints the modelled estimate on --instance or --gpu nodes (bert_tf.tools.plan)."""
-    config = recipe.with_recipe(config)
+    config = checked_config(config)
     if config.num_devices != 1 or config.efficiency is not None or config.peak_tflops:
         raise EstimateError("--num_devices, --efficiency and --peak_tflops are for the estimate "
                             "without hardware; with --instance/--gpu give --gpus_per_node and "
                             "--num_nodes (the efficiency and the peak come from the model)")
-    if config.num_nodes < 1:
-        raise EstimateError(f"--num_nodes must be >= 1, got {config.num_nodes}")
-    if not config.train_batch_size or config.train_batch_size < 1:
+    if config.train_batch_size is None:
         raise EstimateError("--instance/--gpu need the per-GPU batch: --train_batch_size or "
                             "--recipe")
     bert_config = load_model_config(config.bert_config_file, config.model)
@@ -316,6 +366,11 @@ def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
     gpus = node.gpus_per_node * config.num_nodes
     global_batch = config.global_batch_size or (
         config.train_batch_size * config.num_accumulation_steps * gpus)
+    if gpus > global_batch:
+        raise EstimateError(
+            f"--num_nodes={config.num_nodes} x {node.gpus_per_node} GPUs per node = {gpus} GPUs "
+            f"exceed the global batch of {global_batch} sequences (each GPU needs one per "
+            "update): use fewer nodes or a larger --global_batch_size")
     if config.num_sequences is None and config.corpus_tokens is None:
         config = dataclasses.replace(config, global_batch_size=global_batch)
     workload = performance.Workload(bert_config, config.max_seq_length,
@@ -337,5 +392,5 @@ def run(config: EstimateConfig) -> int:
 
 if __name__ == "__main__":
     bert_tf.run_command(define_flags, EstimateConfig, run,
-                        errors=(EstimateError, BertConfigError, hardware.HardwareError,
-                                recipe.RecipeError), error_status=2)
+                        errors=(EstimateError, NumericFlagError, BertConfigError,
+                                hardware.HardwareError, recipe.RecipeError), error_status=2)

@@ -39,13 +39,16 @@ def resolve_hardware(instance=None, gpu=None, gpus_per_node=None, network_gbps=N
     if instance:
         spec = get_instance(instance)
         g = get_gpu(gpu or spec.gpu)
-        count = gpus_per_node or spec.gpus
+        count = spec.gpus if gpus_per_node is None else gpus_per_node
         price = spec.price_per_hour
         where = f"{spec.name}: "
-        network, rdma, vcpus = network_gbps or spec.network_gbps, spec.rdma, spec.vcpus
+        network = spec.network_gbps if network_gbps is None else network_gbps
+        rdma, vcpus = spec.rdma, spec.vcpus
     else:
-        g, count, price, where = get_gpu(gpu), gpus_per_node or 1, None, ""
-        network, rdma, vcpus = network_gbps or 100.0, True, None
+        g, price, where = get_gpu(gpu), None, ""
+        count = 1 if gpus_per_node is None else gpus_per_node
+        network = 100.0 if network_gbps is None else network_gbps
+        rdma, vcpus = True, None
     if price_per_hour is not None:
         price = price_per_hour
     elif price_per_device_hour is not None:
