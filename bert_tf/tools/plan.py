@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 from bert_tf.tools import model_size, performance
+from bert_tf.tools.device_memory import DeviceMemory, device_memory
 from bert_tf.tools.hardware import GpuSpec, HardwareError, get_gpu, get_instance
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -111,16 +112,22 @@ def format_duration(seconds):
     return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
 
 
+def gpu_memory(gpu: GpuSpec) -> DeviceMemory:
+    """What TensorFlow's allocator gets on this GPU in a run whose environment is unknown."""
+    return device_memory(gpu.memory_mib, gpu.cc_major)
+
+
 def fitting_batch(workload: performance.Workload, gpu: GpuSpec) -> int:
     """The workload's per-GPU batch if its memory estimate fits the GPU (with an
     accumulation buffer), else the largest that does, rounded down to a multiple of 8."""
     w = workload
-    largest = model_size.largest_batch(w.bert_config, gpu.memory_gb * model_size.GIB,
+    largest = model_size.largest_batch(w.bert_config, gpu_memory(gpu).allocator_bytes,
                                        w.seq_length, w.max_predictions_per_seq, w.precision,
                                        w.use_xla)
     if largest < 1:
         raise HardwareError(f"BERT with H={w.bert_config.hidden_size} at seq {w.seq_length} "
-                            f"does not fit in {gpu.name}'s {gpu.memory_gb:g} GB even at batch 1")
+                            f"does not fit in {gpu.name}'s {gpu_memory(gpu).describe()} even "
+                            "at batch 1")
     return min(w.batch_size, largest - largest % 8 or largest)
 
 
@@ -129,15 +136,16 @@ def print_memory(workload: performance.Workload, gpu: GpuSpec, accumulation):
     m = model_size.estimate_memory(w.bert_config, w.batch_size, w.seq_length,
                                    w.max_predictions_per_seq, w.precision, accumulation,
                                    w.use_xla)
-    g = model_size.GIB
-    largest = {xla: model_size.largest_batch(w.bert_config, gpu.memory_gb * g, w.seq_length,
-                                             w.max_predictions_per_seq, w.precision, xla,
-                                             accumulation > 1) for xla in (True, False)}
+    g, budget = model_size.GIB, gpu_memory(gpu)
+    largest = {xla: model_size.largest_batch(w.bert_config, budget.allocator_bytes,
+                                             w.seq_length, w.max_predictions_per_seq,
+                                             w.precision, xla, accumulation > 1)
+               for xla in (True, False)}
     print(f"memory per GPU: {m.total / g:.1f} GiB at batch {w.batch_size} (weights+grads+"
           f"optimizer+accumulation {(m.total - m.activations - m.workspace) / g:.1f}, "
           f"activations {m.activations / g:.1f}, workspace {m.workspace / g:.0f}, XLA "
-          f"{'on' if w.use_xla else 'off'}) of {gpu.memory_gb:g} GB; largest batch "
-          f"that fits: {largest[True]} with XLA, {largest[False]} without")
+          f"{'on' if w.use_xla else 'off'}) of {gpu.name}'s {budget.describe()}; largest "
+          f"batch that fits: {largest[True]} with XLA, {largest[False]} without")
 
 
 def print_step(row: PlanRow, workload, hardware):
@@ -176,7 +184,8 @@ def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, gl
     print(f"hardware: {num_nodes} node(s) x {hardware.description}")
     batch = fitting_batch(workload, gpu)
     if batch < workload.batch_size:
-        print(f"batch: {workload.batch_size} per GPU does not fit in {gpu.memory_gb:g} GB; "
+        print(f"batch: {workload.batch_size} per GPU does not fit in {gpu.name}'s "
+              f"{gpu_memory(gpu).allocator_bytes / model_size.GIB:.1f} GiB for TensorFlow; "
               f"estimating --train_batch_size={batch} (more accumulation, same global batch)")
         workload = dataclasses.replace(workload, batch_size=batch)
     row = plan_row(workload, hardware, num_nodes, global_batch, num_sequences, measured)
