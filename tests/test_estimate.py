@@ -418,3 +418,59 @@ def test_readme_estimate_example_runs_and_bad_inputs_are_named(tmp_path):
     with pytest.raises(NumericFlagError, match="--num_sequences=nan: must be a finite number > 0"):
         estimate.print_estimate(estimate.EstimateConfig(model="tiny", num_sequences=float("nan"),
                                                         sequences_per_second=50.0))
+
+
+def test_every_number_is_checked_and_the_error_names_the_flag(tmp_path):
+    """Issue 37: negative, zero, nan and inf numbers gave negative times and costs, "nan days",
+    --gpus_per_node=0 meant 8; each is now refused naming the flag (one check,
+    bert_tf.data.numeric_flags)."""
+    hardware_run = dict(gpu="v100-32gb", recipe="launch/recipes/bert_large_phase1.flags")
+    plain_run = dict(model="base", num_sequences=1e6, sequences_per_second=5.0)
+    for flag, allowed in estimate.NUMERIC_FLAGS.items():
+        bad_values = [math.nan, math.inf, -1] + ([0] if allowed.low_open or allowed.low >= 1
+                                                 else [])
+        if allowed.high < math.inf:
+            bad_values.append(allowed.high + 0.5)
+        for bad in bad_values:
+            config = estimate.EstimateConfig(**{**plain_run, flag: bad})
+            with pytest.raises(NumericFlagError, match=f"^--{flag}={bad!r}: must be "):
+                estimate.print_estimate(config)
+            config = estimate.EstimateConfig(**{**hardware_run, flag: bad})
+            with pytest.raises(NumericFlagError, match=f"^--{flag}={bad!r}: must be "):
+                estimate.print_hardware_estimate(config)
+    # A recipe's numbers and precision are checked the same way, naming the recipe.
+    bad = tmp_path / "bad.flags"
+    bad.write_text("--train_batch_size=-4\n")
+    with pytest.raises(recipe.RecipeError, match=f"--recipe={bad}: --train_batch_size: -4 is "
+                                                 "not an integer >= 1"):
+        estimate.print_hardware_estimate(estimate.EstimateConfig(gpu="t4", recipe=str(bad)))
+    bad.write_text("--precision=fp64\n")
+    with pytest.raises(recipe.RecipeError, match="--precision: 'fp64' is not one of fp32"):
+        estimate.print_hardware_estimate(estimate.EstimateConfig(gpu="t4", recipe=str(bad)))
+    bad.write_bytes(b"\x80\x81\xfe\xff--train_batch_size=4\n")
+    with pytest.raises(recipe.RecipeError, match="not a text flagfile"):
+        estimate.print_hardware_estimate(estimate.EstimateConfig(gpu="t4", recipe=str(bad)))
+    # More GPUs than the global batch: refused, not silently a larger batch.
+    with pytest.raises(estimate.EstimateError, match="= 256 GPUs exceed the global batch of 128"):
+        estimate.print_hardware_estimate(estimate.EstimateConfig(
+            instance="p4d.24xlarge", num_nodes=32, model="base", num_sequences=1e6,
+            train_batch_size=8, global_batch_size=128))
+
+
+def test_metrics_files_with_bad_throughputs_are_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for line, message in ((b'{"sequences_per_second": null, "num_ranks": 1}\n', "is null"),
+                          (b'{"sequences_per_second": "fast", "num_ranks": 1}\n',
+                           "sequences_per_second='fast': must be a finite number > 0"),
+                          (b'{"sequences_per_second": -3, "num_ranks": 1}\n', "> 0"),
+                          (b'{"sequences_per_second": 3, "num_ranks": 0}\n',
+                           "num_ranks=0: must be an integer >= 1"),
+                          (b'[1, 2]\n', "not a JSON object"),
+                          (b'\xff\xfe\x00binary\n', "not a text file")):
+        path.write_bytes(line)
+        with pytest.raises(estimate.EstimateError, match=message):
+            estimate.throughput_from_metrics(path, num_devices=1)
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--gpu=t4", "--gpus_per_node=0",
+                        "--recipe=launch/recipes/bert_base_phase1.flags"], check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "estimate: error: --gpus_per_node=0: must be an integer >= 1" in proc.stderr
