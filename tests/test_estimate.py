@@ -337,7 +337,8 @@ def test_cli_plans_a_recipe_on_cloud_instances():
                         "--gpus_per_node=4", "--recipe=launch/recipes/bert_large_phase2.flags",
                         "--sequences_per_second=30", "--price_per_hour=10", "--max_nodes=2"])
     assert "per GPU: 30.0 sequences/s at batch 16" in proc.stdout
-    assert "(--sequences_per_second)" in proc.stdout and "$10 per node-hour" in proc.stdout
+    assert "throughput confidence: measured: --sequences_per_second" in proc.stdout
+    assert "$10 per node-hour" in proc.stdout
     # A recipe batch that does not fit the GPU is estimated at the largest that does.
     proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--instance=g4dn.12xlarge",
                         "--recipe=launch/recipes/bert_large_phase2.flags", "--max_nodes=1"])
@@ -474,3 +475,37 @@ def test_metrics_files_with_bad_throughputs_are_named(tmp_path):
                         "--recipe=launch/recipes/bert_base_phase1.flags"], check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert "estimate: error: --gpus_per_node=0: must be an integer >= 1" in proc.stderr
+
+
+def test_each_gpu_preset_says_how_sure_its_throughput_is():
+    """Issue 35: T4, A10G, L4, H100 and H200 borrowed V100's or A100's efficiency silently.
+    Each preset now says measured / fitted / borrowed and why; the fitted ones are exactly
+    those bench/estimate_vs_published.py has published figures for."""
+    published = bench_module("estimate_vs_published")
+    training = {published.SYSTEMS[r.system].gpu for r in published.published_rows()}
+    inference = {line.split()[1] for line in published.INFERENCE.strip().splitlines()}
+    assert set(performance.FITTED_ON) == training | inference
+    levels = {name: performance.confidence(gpu, "fp16").level
+              for name, gpu in hardware.GPUS.items()}
+    assert {n for n, level in levels.items() if level == "borrowed"} == {
+        "a10g", "l4", "h100-sxm", "h200-sxm"}
+    assert performance.confidence(hardware.GPUS["t4"], "fp16", "--metrics_file=m").level \
+        == "measured"
+    # T4's efficiency makes the estimate's T4/V100 ratio NVIDIA's published one (it was
+    # 0.545 against 0.260 with Volta's borrowed); refitting reproduces the constants.
+    saved = dict(performance.COMPUTE_EFFICIENCY)
+    try:
+        published.fit_turing()
+        for key in ("turing-half", "turing-fp32"):
+            assert performance.COMPUTE_EFFICIENCY[key] == pytest.approx(saved[key], abs=6e-4)
+    finally:
+        performance.COMPUTE_EFFICIENCY.update(saved)
+    assert published.training_ratio("t4") == pytest.approx(published.published_t4_ratio("fp16"),
+                                                            rel=0.01)
+    proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--list_gpus"])
+    lines = proc.stdout.splitlines()[1:]
+    assert len(lines) == len(hardware.GPUS)
+    for name, level in levels.items():
+        line = next(line for line in lines if line.split()[0] == name)
+        assert f" {level}: " in line and ("measure with bench/gpu_check.sh" in line) == (
+            level == "borrowed")

@@ -176,6 +176,7 @@ class EstimateConfig:
     use_xla: bool | None = None
     fp16_allreduce: bool | None = None
     max_nodes: int = 64
+    list_gpus: bool = False
 
 
 # Every numeric flag's allowed values (bert_tf.data.numeric_flags); None: not given.
@@ -259,6 +260,9 @@ def _define_hardware_flags(d):
     flags.DEFINE_bool("use_xla", None, "As run_pretraining.py's.")
     flags.DEFINE_bool("fp16_allreduce", None, "As run_pretraining.py's.")
     flags.DEFINE_integer("max_nodes", d["max_nodes"], "Largest node count in the table.")
+    flags.DEFINE_bool("list_gpus", d["list_gpus"],
+                      "Print the GPU presets, their memory for TensorFlow and how sure each "
+                      "one's modelled throughput is (measured / fitted / borrowed), then exit.")
 
 
 def number_of_sequences(config: EstimateConfig):
@@ -383,7 +387,9 @@ def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
 
 
 def run(config: EstimateConfig) -> int:
-    if config.instance or config.gpu:
+    if config.list_gpus:
+        plan.print_gpu_presets(config.precision or "fp16")
+    elif config.instance or config.gpu:
         print_hardware_estimate(config)
     else:
         print_estimate(config)

@@ -7,7 +7,7 @@ import math
 
 from bert_tf.tools import model_size, performance
 from bert_tf.tools.device_memory import DeviceMemory, device_memory
-from bert_tf.tools.hardware import GpuSpec, HardwareError, get_gpu, get_instance
+from bert_tf.tools.hardware import GPUS, GpuSpec, HardwareError, get_gpu, get_instance
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 # "Communication negligible": update + allreduce under this fraction of the step.
@@ -98,6 +98,19 @@ def scaling_table(workload, hardware, global_batch, num_sequences, measured=None
                   max_nodes=64) -> list[PlanRow]:
     return [plan_row(workload, hardware, n, global_batch, num_sequences, measured)
             for n in NODE_COUNTS if n <= max_nodes and n * hardware.gpus_per_node <= global_batch]
+
+
+def print_gpu_presets(precision="fp16"):
+    """Every GPU preset: peak, memory for TensorFlow, and how sure its throughput is."""
+    print(f"GPU presets ({precision}): dense peak, memory CUDA reports / TensorFlow's allocator "
+          "gets, confidence of the modelled throughput")
+    for gpu in GPUS.values():
+        peak = (f"{gpu.peak_tflops(precision):g} TFLOP/s" if precision != "bf16"
+                or gpu.bf16_tflops else "no bf16")
+        unit = precision if precision != "bf16" or gpu.bf16_tflops else "fp16"
+        print(f"  {gpu.name:<16} {peak:>14}  {gpu.memory_mib:>7,} MiB / "
+              f"{gpu_memory(gpu).allocator_bytes / model_size.GIB:5.1f} GiB  "
+              f"{performance.confidence(gpu, unit)}")
 
 
 def _money(value):
@@ -192,13 +205,12 @@ def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, gl
     per_gpu = dataclasses.replace(workload, batch_size=row.batch_size)
     one_gpu = measured or per_gpu.batch_size / performance.micro_step_seconds(per_gpu, gpu)
     peak = gpu.peak_tflops(workload.precision)
-    source = measured_source or (
-        f"model: {performance.COMPUTE_EFFICIENCY[performance.efficiency_class(gpu, workload.precision)]:.0%}"
-        f" of the matmul peak + elementwise traffic, fitted to NVIDIA's published TensorFlow BERT")
     print(f"per GPU: {one_gpu:,.1f} sequences/s at batch {row.batch_size}, "
-          f"{workload.precision}, XLA {'on' if workload.use_xla else 'off'} ({source}); "
+          f"{workload.precision}, XLA {'on' if workload.use_xla else 'off'}; "
           f"{one_gpu * workload.flops_per_sequence / 1e12:.1f} TFLOP/s = "
           f"{one_gpu * workload.flops_per_sequence / 1e12 / peak:.0%} of {peak:g} peak")
+    print(f"throughput confidence: "
+          f"{performance.confidence(gpu, workload.precision, measured_source)}")
     print_memory(per_gpu, gpu, row.accumulation)
     print_step(row, workload, hardware)
     print(f"scaling efficiency: {row.efficiency:.1%} of {row.num_gpus} x one GPU; "
