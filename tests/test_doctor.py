@@ -280,7 +280,7 @@ def test_bad_gpu_memory_and_missing_mpirun(tmp_path):
         proc = run_doctor(f"--gpu_memory_gb={value}",
                           "--flagfile=launch/recipes/bert_large_phase1.flags")
         assert proc.returncode == 2 and proc.stdout == "", proc.stdout
-        assert f"error: --gpu_memory_gb={float(value)!r}: must be a finite number > 0" \
+        assert f"error: --gpu_memory_gb must be a finite number > 0, got {float(value)!r}" \
             in proc.stderr
     # Without mpirun on the PATH the doctor warns (it reported 0 FAIL 0 WARN before).
     assert check_mpirun({"PATH": str(tmp_path)}).line().startswith(

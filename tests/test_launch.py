@@ -266,8 +266,8 @@ def test_training_flags_are_checked_before_anything_starts(capsys, tmp_path):
                   recipe="launch/recipes/bert_large_phase1.flags")
     for flags, message in [([*DATA, "--no_such_flag=1"], "Unknown command line flag "
                             "'no_such_flag'"),
-                           ([*DATA, "--learning_rate=nan"], "--learning_rate must be a positive "
-                            "finite number, got nan"),
+                           ([*DATA, "--learning_rate=nan"], "--learning_rate must be a finite "
+                            "number > 0, got nan"),
                            (["--output_dir=/r"], "--input_files is required with --do_train")]:
         code, out, err = dry_run(capsys, **recipe, training_flags=flags)
         assert code == 2 and out == ""

@@ -4,6 +4,7 @@ across worker counts and MPI ranks, and every bad input."""
 import dataclasses
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,6 +239,17 @@ def test_bad_inputs_rejected(vocab_file, corpus, tmp_path):
     with pytest.raises(pdata.PretrainingDataError, match="file/x is not writable"):
         create(output=str(tmp_path / "file" / "x" / "y.tfrecord"))
     assert not list(tmp_path.glob("*.tfrecord*"))
+    # issue 37: --output_file equal to --input_file replaced the text with records
+    text = tmp_path / "text.txt"
+    text.write_bytes(corpus[0].read_bytes())
+    own_vocab = tmp_path / "own_vocab.txt"
+    own_vocab.write_bytes(Path(vocab_file).read_bytes())
+    for output, flag in ((text, "--input_file"), (own_vocab, "--vocab_file")):
+        with pytest.raises(pdata.PretrainingDataError, match=f"--output_file={output} is also "
+                                                             f"{flag}"):
+            create(input_file=str(text), output=str(output), vocab=str(own_vocab))
+    assert text.read_bytes() == corpus[0].read_bytes()
+    assert own_vocab.read_bytes() == Path(vocab_file).read_bytes()
 
 
 def test_interrupted_run_leaves_no_output(vocab_file, corpus, tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 import bert_tf
 from bert_tf.data.files import InputDataError, expand_patterns, read_text
+from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.tokenization import normalize_text
 
 LINES_PER_BATCH = 8192
@@ -103,6 +104,10 @@ def _words_as_symbols(input_files, do_lower_case, symbols):
 def build_vocab(input_files, vocab_size, do_lower_case=True, num_unused_tokens=0,
                 min_count=2, max_unique_chars=1000):
     """Returns the vocabulary as a list of tokens (at most vocab_size)."""
+    for flag, value, least in (("vocab_size", vocab_size, 1), ("num_unused_tokens",
+                               num_unused_tokens, 0), ("min_count", min_count, 0),
+                               ("max_unique_chars", max_unique_chars, 1)):
+        check_number(flag, value, at_least=least, integer=True, error=BuildVocabError)
     reserved = reserved_tokens(num_unused_tokens)
     if vocab_size <= len(reserved) + 10:
         raise BuildVocabError(f"--vocab_size={vocab_size} leaves no room next to the "
@@ -122,6 +127,12 @@ def build_vocab(input_files, vocab_size, do_lower_case=True, num_unused_tokens=0
     if len(vocab) <= len(reserved):
         raise BuildVocabError(f"no words in {', '.join(input_files)}; is the input empty?")
     assert vocab[:len(reserved)] == reserved, "trainer reordered the reserved tokens"
+    if len(vocab) > vocab_size:  # the trainer keeps every character of the alphabet
+        raise BuildVocabError(
+            f"--vocab_size={vocab_size} is smaller than the input's alphabet: its characters "
+            f"(at a word's start and inside words) and the reserved tokens are already "
+            f"{len(vocab)} tokens; raise --vocab_size well above {len(vocab)} (pieces are "
+            "learned in the room left) or lower --max_unique_chars")
     return vocab
 
 
@@ -167,16 +178,26 @@ def define_flags():
     flags.mark_flags_as_required(["input_files", "vocab_file"])
 
 
-def input_files(patterns: str) -> list[str]:
+def input_files(patterns: str, vocab_file: str) -> list[str]:
+    """The files of --input_files, less --vocab_file (an earlier vocab matched by the glob
+    would be learned from as text)."""
     try:
-        return expand_patterns(patterns)
+        files = expand_patterns(patterns)
     except InputDataError as e:
         raise BuildVocabError(f"--input_files: {e}") from None
+    kept = [f for f in files if os.path.realpath(f) != os.path.realpath(vocab_file)]
+    if len(kept) < len(files):
+        print(f"build_vocab: note: not reading --vocab_file={vocab_file}, which --input_files "
+              "matches (an earlier vocab is not text to learn from)", file=sys.stderr)
+    if not kept:
+        raise BuildVocabError(f"--input_files={patterns} matches only --vocab_file; name the "
+                              "text files")
+    return kept
 
 
 def run(config: BuildVocabConfig) -> int:
     """Learns the vocab and writes it; BuildVocabError on bad input."""
-    vocab = build_vocab(input_files(config.input_files), config.vocab_size,
+    vocab = build_vocab(input_files(config.input_files, config.vocab_file), config.vocab_size,
                         config.do_lower_case, config.num_unused_tokens, config.min_count,
                         config.max_unique_chars)
     write_vocab(vocab, config.vocab_file)

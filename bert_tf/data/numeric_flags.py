@@ -1,67 +1,60 @@
-"""One check for numeric flags, shared by the commands: a value must be a finite number in
-its allowed range, or the command stops with an error that names the flag, the value and the
-range. absl's DEFINE_float accepts nan and inf and its lower_bound/upper_bound cannot express
-an open interval such as (0, 1], so each command lists its numeric fields' ranges here
-(e.g. bert_tf/tools/estimate.py NUMERIC_FLAGS) and calls check_numbers on its config.
+"""The one check of a numeric flag that every command uses: finite, in range, an integer where
+it counts. absl parses `--learning_rate=nan` and `--shard_mb=inf` as floats without a word;
+`nan <= 0` is False, so a plain `if value <= 0` check lets them through.
+
+    check_number("learning_rate", config.learning_rate, above=0, error=ConfigError)
+    check_number("max_seq_length", config.max_seq_length, at_least=3, integer=True)
 """
 
-import dataclasses
 import math
-from collections.abc import Mapping
+import numbers
 
 
-class NumericFlagError(ValueError):
-    """A numeric flag out of range, nan or infinite; the message names the flag."""
+class FlagValueError(ValueError):
+    """A numeric flag value the command cannot use; the message names the flag."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Range:
-    """Allowed values: finite numbers from `low` to `high`, each end open or closed."""
-
-    low: float = -math.inf
-    high: float = math.inf
-    low_open: bool = False
-    high_open: bool = False
-    integer: bool = False
-
-    def contains(self, value) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if not math.isfinite(value) or (self.integer and value != int(value)):
-            return False
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def describe(self) -> str:
-        kind = "an integer" if self.integer else "a finite number"
-        if self.high == math.inf:
-            return f"{kind} {'>' if self.low_open else '>='} {self.low:g}"
-        return (f"{kind} in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
-                f"{')' if self.high_open else ']'}")
-
-
-POSITIVE = Range(0, low_open=True)
-NON_NEGATIVE = Range(0)
-AT_LEAST_ONE = Range(1, integer=True)
-FRACTION = Range(0, 1, low_open=True)  # (0, 1]: an efficiency, a probability to keep
-
-
-def check_number(flag: str, value, allowed: Range, where: str = "") -> None:
-    """Raises NumericFlagError unless `value` is None (not given) or in `allowed`.
+def check_number(flag, value, *, at_least=None, above=None, at_most=None, below=None,
+                 integer=False, error=FlagValueError):
+    """Raises `error` naming --flag unless `value` is a finite number within the bounds.
 
     Args:
-      flag: the flag's name, without dashes.
-      value: its value.
-      allowed: the Range it must be in.
-      where: a prefix naming where the value came from (e.g. "--recipe=x.flags: ").
+      flag: the flag's name, without dashes (it goes into the message as --flag).
+      value: the parsed value (int or float; a bool or a string is refused).
+      at_least, above: lower bound, inclusive or exclusive (give at most one).
+      at_most, below: upper bound, inclusive or exclusive (give at most one).
+      integer: whether the value must be a whole number (1.0 passes, 1.5 does not).
+      error: the exception class to raise (the command's own error type, so its entry point
+        prints the message instead of a traceback); FlagValueError by default.
+
+    Returns:
+      value, unchanged.
     """
-    if value is not None and not allowed.contains(value):
-        raise NumericFlagError(f"{where}--{flag}={value!r}: must be {allowed.describe()}")
+    kind = "an integer" if integer else "a finite number"
+    wanted = " ".join([kind, *_bounds_text(at_least, above, at_most, below)])
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or (integer and value != int(value))
+            or not _within(value, at_least, above, at_most, below)):
+        raise error(f"--{flag} must be {wanted}, got {value!r}")
+    return value
 
 
-def check_numbers(config, ranges: Mapping[str, Range], where: str = "") -> None:
-    """check_number on each field of `config` (a dataclass or a mapping) named in `ranges`."""
-    for flag, allowed in ranges.items():
-        value = config.get(flag) if isinstance(config, Mapping) else getattr(config, flag)
-        check_number(flag, value, allowed, where)
+def _bounds_text(at_least, above, at_most, below) -> list:
+    if None not in (at_least, above) or None not in (at_most, below):
+        raise TypeError("give at most one lower bound (at_least/above) and one upper bound "
+                        "(at_most/below)")
+    if at_least is not None and at_most is not None:
+        return [f"in [{at_least}, {at_most}]"]
+    if at_least is not None and below is not None:
+        return [f"in [{at_least}, {below})"]
+    if above is not None and at_most is not None:
+        return [f"in ({above}, {at_most}]"]
+    if above is not None and below is not None:
+        return [f"in ({above}, {below})"]
+    single = {">=": at_least, ">": above, "<=": at_most, "<": below}
+    return [f"{op} {bound}" for op, bound in single.items() if bound is not None]
+
+
+def _within(value, at_least, above, at_most, below) -> bool:
+    return ((at_least is None or value >= at_least) and (above is None or value > above)
+            and (at_most is None or value <= at_most) and (below is None or value < below))

@@ -4,7 +4,6 @@ The one contract between the data writer (pretraining_data.py) and every reader
 (input_pipeline.py, training): feature names, dtypes and lengths live here and nowhere else.
 """
 
-import os
 import struct
 
 import numpy as np
@@ -156,8 +155,11 @@ def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=
         offset = truncated_at(path)
         if offset is not None:
             raise InputDataError(truncation_message(path, offset, flag))
-        records = list(tf.data.TFRecordDataset(path).take(RECORDS_CHECKED_PER_FILE)
-                       .as_numpy_iterator())
+        try:
+            records = list(tf.data.TFRecordDataset(path).take(RECORDS_CHECKED_PER_FILE)
+                           .as_numpy_iterator())
+        except tf.errors.DataLossError as e:
+            raise InputDataError(damage_message([path], flag, e)) from None
         for record in records:
             _check_example(tf.train.Example.FromString(record).features.feature, path, flag,
                            expected, vocab_size, masked)
@@ -215,7 +217,7 @@ def _walk_headers(f, size):
         if len(header) < _HEADER:
             return count, offset
         (length,) = struct.unpack("<Q", header[:8])
-        if offset + _HEADER + length + _FOOTER > size:
+        if header[8:] != _masked_crc32c(header[:8]) or offset + _HEADER + length + _FOOTER > size:
             return count, offset
         offset += _HEADER + length + _FOOTER
         count += 1
@@ -281,11 +283,41 @@ def _masked_crc32c(data) -> bytes:
 
 
 def truncation_message(path, offset, flag):
-    """What a user reads about a truncated TFRecord file."""
-    return (f"--{flag}: {path} is truncated: its record at byte {offset} runs past the end of "
-            f"the file ({os.path.getsize(path) if os.path.exists(path) else '?'} bytes), as an "
-            "interrupted copy or a full disk leaves it; copy or create that file again, or "
-            f"leave it out of --{flag}")
+    """What a user reads about a TFRecord file damaged at `offset` (see truncated_at): cut
+    short (a whole header whose record runs past the end), or not TFRecord data there."""
+    import tensorflow as tf
+
+    size = tf.io.gfile.stat(path).length
+    with tf.io.gfile.GFile(path, "rb") as f:
+        f.seek(offset)
+        header = f.read(_HEADER)
+    if len(header) == _HEADER and header[8:] == _masked_crc32c(header[:8]):
+        return (f"--{flag}: {path} is truncated: its record at byte {offset} runs past the end "
+                f"of the file ({size} bytes), as an interrupted copy or a full disk leaves it; "
+                f"copy or create that file again, or leave it out of --{flag}")
+    return (f"--{flag}: {path} is not a whole TFRecord file: at byte {offset} of its {size} "
+            "there is no record header (other data, or a damaged file); create it again with "
+            f"create_pretraining_data.py, or leave it out of --{flag}")
+
+
+def damage_message(files, flag, error):
+    """What a user reads when TensorFlow's reader failed with DataLossError `error` on one of
+    `files` (it does not say which): the file cut short or not TFRecord data, or else the
+    file whose record fails its checksum."""
+    import tensorflow as tf
+
+    for path in files:
+        offset = truncated_at(path)
+        if offset is not None:
+            return truncation_message(path, offset, flag)
+    for path in files:
+        try:
+            for _ in tf.data.TFRecordDataset(path):
+                pass
+        except tf.errors.DataLossError:
+            return (f"--{flag}: {path} holds a damaged record (its checksum fails); create "
+                    f"the file again, or leave it out of --{flag}")
+    return f"--{flag}: a record is unreadable ({error.message.strip()})"
 
 
 def _check_example(feature, path, flag, expected, vocab_size, masked):

@@ -115,8 +115,17 @@ class BertConfig:
         except FileNotFoundError:
             raise BertConfigError(f"{path}: file not found; pass an existing bert_config.json"
                                   ) from None
-        except json.JSONDecodeError as e:
-            raise BertConfigError(f"{path}: not valid JSON ({e})") from None
+        except IsADirectoryError:
+            raise BertConfigError(f"{path}: a directory, not a file; pass the model's "
+                                  "bert_config.json (e.g. {path}/bert_config.json)") from None
+        except OSError as e:
+            raise BertConfigError(f"{path}: cannot read it ({e.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BertConfigError(f"{path}: not valid JSON text ({e}); pass the model's "
+                                  "bert_config.json") from None
+        if not isinstance(d, dict):
+            raise BertConfigError(f"{path}: holds a JSON {type(d).__name__}, not an object of "
+                                  "BERT's fields; pass the model's bert_config.json")
         return cls.from_dict(d, source=path)
 
     def to_dict(self):

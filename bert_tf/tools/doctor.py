@@ -17,7 +17,7 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data.numeric_flags import FRACTION, POSITIVE, NumericFlagError, check_numbers
+from bert_tf.data.numeric_flags import FlagValueError, check_number
 from bert_tf.tools.device_memory import DeviceMemory, device_memory
 from bert_tf.tools.doctor_check import FAIL, WARN
 from bert_tf.tools.doctor_environment import (
@@ -90,7 +90,9 @@ def config_from_flags(flag_values) -> DoctorConfig:
     given = any(flag_values[f.name].present for f in dataclasses.fields(PretrainingConfig))
     training = pretraining_config_from_flags(flag_values) if given else None
     config = bert_tf.config_from_flags(DoctorConfig, flag_values, training=training)
-    check_numbers(config, {"gpu_memory_gb": POSITIVE, "masked_lm_prob": FRACTION})
+    if config.gpu_memory_gb is not None:
+        check_number("gpu_memory_gb", config.gpu_memory_gb, above=0)
+    check_number("masked_lm_prob", config.masked_lm_prob, above=0, at_most=1)
     return config
 
 
@@ -129,5 +131,5 @@ def run(doctor: DoctorConfig, environ=None) -> int:
 
 
 if __name__ == "__main__":
-    bert_tf.run_command(define_flags, config_from_flags, run, errors=(NumericFlagError,),
+    bert_tf.run_command(define_flags, config_from_flags, run, errors=(FlagValueError,),
                         error_status=2)

@@ -24,14 +24,7 @@ import math
 from absl import flags
 
 import bert_tf
-from bert_tf.data.numeric_flags import (
-    AT_LEAST_ONE,
-    FRACTION,
-    NON_NEGATIVE,
-    POSITIVE,
-    NumericFlagError,
-    check_numbers,
-)
+from bert_tf.data.numeric_flags import FlagValueError, check_number
 from bert_tf.model.config import BertConfigError
 from bert_tf.tools import hardware, performance, plan, recipe
 from bert_tf.tools.model_size import (
@@ -99,10 +92,10 @@ def _metrics_records(path):
 def _check_throughput_record(path, line_number, record, num_devices):
     """A record's sequences_per_second is a positive number and its rank count known."""
     try:
-        check_numbers(record, {"sequences_per_second": POSITIVE, "num_ranks": AT_LEAST_ONE})
-    except NumericFlagError as e:
-        raise EstimateError(f"{path}:{line_number}: {str(e).removeprefix('--')}: not a "
-                            "throughput run_pretraining.py writes") from None
+        check_numbers(record, {"sequences_per_second": {"above": 0}, "num_ranks": COUNT})
+    except EstimateError as e:
+        raise EstimateError(f"{path}:{line_number}: {str(e).removeprefix('--')} (not a record "
+                            "run_pretraining.py writes)") from None
     if record.get("sequences_per_second") is None:
         raise EstimateError(f"{path}:{line_number}: sequences_per_second is null")
     if record.get("num_ranks", num_devices) is None:
@@ -179,27 +172,38 @@ class EstimateConfig:
     list_gpus: bool = False
 
 
-# Every numeric flag's allowed values (bert_tf.data.numeric_flags); None: not given.
+# Every numeric flag's bounds (bert_tf.data.numeric_flags.check_number's keywords).
+COUNT = {"at_least": 1, "integer": True}
+POSITIVE = {"above": 0}
 NUMERIC_FLAGS = {
-    "max_seq_length": AT_LEAST_ONE, "max_predictions_per_seq": AT_LEAST_ONE,
-    "num_sequences": POSITIVE, "corpus_tokens": POSITIVE, "epochs": POSITIVE,
-    "num_train_steps": AT_LEAST_ONE, "global_batch_size": AT_LEAST_ONE,
-    "num_devices": AT_LEAST_ONE, "sequences_per_second": POSITIVE,
-    "metrics_num_devices": AT_LEAST_ONE, "efficiency": FRACTION,
-    "price_per_device_hour": NON_NEGATIVE, "peak_tflops": POSITIVE,
-    "gpus_per_node": AT_LEAST_ONE, "num_nodes": AT_LEAST_ONE, "network_gbps": POSITIVE,
-    "price_per_hour": NON_NEGATIVE, "train_batch_size": AT_LEAST_ONE,
-    "num_accumulation_steps": AT_LEAST_ONE, "max_nodes": AT_LEAST_ONE,
+    "max_seq_length": COUNT, "max_predictions_per_seq": COUNT, "num_sequences": POSITIVE,
+    "corpus_tokens": POSITIVE, "epochs": POSITIVE, "num_train_steps": COUNT,
+    "global_batch_size": COUNT, "num_devices": COUNT, "sequences_per_second": POSITIVE,
+    "metrics_num_devices": COUNT, "efficiency": {"above": 0, "at_most": 1},
+    "price_per_device_hour": {"at_least": 0}, "peak_tflops": POSITIVE, "gpus_per_node": COUNT,
+    "num_nodes": COUNT, "network_gbps": POSITIVE, "price_per_hour": {"at_least": 0},
+    "train_batch_size": COUNT, "num_accumulation_steps": COUNT, "max_nodes": COUNT,
 }
+
+
+def check_numbers(values: dict, bounds: dict, where: str = ""):
+    """check_number on each given (not None) value; EstimateError naming the flag, after
+    `where` (e.g. the recipe it came from)."""
+    for flag, limits in bounds.items():
+        if values.get(flag) is not None:
+            try:
+                check_number(flag, values[flag], **limits)
+            except FlagValueError as e:
+                raise EstimateError(f"{where}{e}") from None
 
 
 def checked_config(config: EstimateConfig) -> EstimateConfig:
     """The config with its --recipe's values filled in, every number checked (the flags'
-    first, then the recipe's): NumericFlagError or recipe.RecipeError naming the flag."""
-    check_numbers(config, NUMERIC_FLAGS)
+    first, then the recipe's): EstimateError or recipe.RecipeError naming the flag."""
+    check_numbers(dataclasses.asdict(config), NUMERIC_FLAGS)
     filled = recipe.with_recipe(config)
     if config.recipe:
-        check_numbers(filled, NUMERIC_FLAGS, where=f"--recipe={config.recipe}: ")
+        check_numbers(dataclasses.asdict(filled), NUMERIC_FLAGS, where=f"--recipe={config.recipe}: ")
     if filled.max_predictions_per_seq > filled.max_seq_length:
         raise EstimateError(f"--max_predictions_per_seq={filled.max_predictions_per_seq} "
                             f"exceeds --max_seq_length={filled.max_seq_length}")
@@ -398,5 +402,5 @@ def run(config: EstimateConfig) -> int:
 
 if __name__ == "__main__":
     bert_tf.run_command(define_flags, EstimateConfig, run,
-                        errors=(EstimateError, NumericFlagError, BertConfigError,
-                                hardware.HardwareError, recipe.RecipeError), error_status=2)
+                        errors=(EstimateError, BertConfigError, hardware.HardwareError,
+                                recipe.RecipeError), error_status=2)

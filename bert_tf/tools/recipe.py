@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import bert_tf
-from bert_tf.data.numeric_flags import AT_LEAST_ONE
 from bert_tf.train.config import PRECISIONS, PretrainingConfig
 
 
@@ -27,19 +26,11 @@ def _precision(text):
     return text
 
 
-def _count(text):
-    """A count (a batch, steps, a length): an integer >= 1 (bert_tf.data.numeric_flags)."""
-    value = int(text)
-    if not AT_LEAST_ONE.contains(value):
-        raise ValueError(f"{value} is not {AT_LEAST_ONE.describe()}")
-    return value
-
-
-# run_pretraining.py flags an estimate takes from a recipe, with their parsers.
-RECIPE_FLAGS = {"bert_config_file": str, "max_seq_length": _count,
-                "max_predictions_per_seq": _count, "train_batch_size": _count,
-                "num_accumulation_steps": _count, "num_train_steps": _count,
-                "global_batch_size": _count, "precision": _precision, "use_xla": _bool,
+# run_pretraining.py flags an estimate takes from a recipe, with their parsers (the estimate
+# checks the numbers' ranges, naming the recipe: estimate.checked_config).
+RECIPE_FLAGS = {"bert_config_file": str, "max_seq_length": int, "max_predictions_per_seq": int,
+                "train_batch_size": int, "num_accumulation_steps": int, "num_train_steps": int,
+                "global_batch_size": int, "precision": _precision, "use_xla": _bool,
                 "fp16_allreduce": _bool}
 _RUN_DEFAULTS = bert_tf.flag_defaults(PretrainingConfig)
 
