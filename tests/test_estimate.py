@@ -124,6 +124,9 @@ def test_memory_estimate_matches_the_hand_count_in_docs_memory():
 
 
 def test_attention_probabilities_are_counted_in_the_dtype_the_model_keeps():
+    """The probabilities a TransformerLayer hands its softmax gradient and dropout are in
+    attention_probs_dtype, the one place the memory estimate reads their size from: a
+    change to what the model keeps fails here until that place says so."""
     import tensorflow as tf
 
     from bert_tf.model import modeling
@@ -131,12 +134,12 @@ def test_attention_probabilities_are_counted_in_the_dtype_the_model_keeps():
 
     config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=16)
-    ids = tf.ones([1, 4], tf.int32)
+    layer = modeling.TransformerLayer(config, 0)
     for precision, dtype in (("fp32", tf.float32), ("fp16", tf.float16), ("bf16", tf.bfloat16)):
-        model = modeling.BertModel(config, dtype)
-        probs = model(ids, return_attention=True).attention_probs[0]
-        assert probs.dtype.name == attention_probs_dtype(dtype.name)
-        # The estimate's attention bytes per element follow it: probs + bool mask + dropped.
+        _, probs = layer(tf.zeros([4, 8], dtype), tf.zeros([1, 1, 1, 4]), 1, 4,
+                         modeling._no_dropout)
+        assert probs.dtype.name == attention_probs_dtype(dtype.name), precision
+        # The estimate's bytes per attention element follow it: probs + bool mask + dropped.
         k = 4 if precision == "fp32" else 2
         one = model_size.activation_bytes_per_sequence(config, 4, 1, precision)
         more = model_size.activation_bytes_per_sequence(
