@@ -48,7 +48,7 @@ FITTED_ON = {
           "training figure is published): an upper bound, as batch 8 fills a T4 better than "
           "a V100",
 }
-# Why the others are unchecked (docs/running.md, "How sure each GPU preset is").
+# Why the others are unchecked (docs/running.md section 3; bench/README.md, `--gpus`).
 BORROWED_WHY = {
     "ampere": "no published BERT training figure for this Ampere GPU outside the DGX A100",
     "ada": "no published BERT training figure for Ada GPUs",
