@@ -344,9 +344,13 @@ def test_cli_plans_a_recipe_on_cloud_instances():
     # A recipe batch that does not fit the GPU is estimated at the largest that does.
     proc = run_command([PYTHON, "-m", "bert_tf", "estimate", "--instance=g4dn.12xlarge",
                         "--recipe=launch/recipes/bert_large_phase2.flags", "--max_nodes=1"])
+    # 3 fit, but 32768 / 4 GPUs = 8192 sequences per GPU do not split into 3s (launch.py
+    # would refuse it; the global batch grew to 32,772): batch 2 x 4096.
     assert ("batch: 16 per GPU does not fit in t4's 12.0 GiB for TensorFlow; estimating "
-            "--train_batch_size=3" in proc.stdout)
-    assert "2731 x batch 3" in proc.stdout
+            "--train_batch_size=2" in proc.stdout)
+    assert "4096 x batch 2" in proc.stdout
+    assert plan.split_global_batch(32768, 4, 3) == (2, 4096)
+    assert plan.split_global_batch(65536, 24, 64) == (64, 43)  # no even split: the nearest
 
 
 def test_cli_hardware_errors_name_the_flag(tmp_path):

@@ -75,13 +75,24 @@ class PlanRow:
     cost: float | None
 
 
+def split_global_batch(global_batch, gpus, batch_limit) -> tuple[int, int]:
+    """(per-GPU batch, accumulation) for `gpus`: the largest batch up to `batch_limit` whose
+    micro-batches make exactly the global batch, as launch/launch.py requires; when the GPU
+    count does not divide it (the table's node counts), the nearest global batch above."""
+    if global_batch % gpus:
+        batch = max(1, min(batch_limit, global_batch // gpus))
+        return batch, max(1, math.ceil(global_batch / (batch * gpus)))
+    per_gpu = global_batch // gpus
+    batch = max(d for d in range(1, min(batch_limit, per_gpu) + 1) if per_gpu % d == 0)
+    return batch, per_gpu // batch
+
+
 def plan_row(workload: performance.Workload, hardware: Hardware, num_nodes, global_batch,
              num_sequences, measured=None) -> PlanRow:
     """Training on `num_nodes` at a fixed global batch: accumulation fills it; when the GPUs
     outnumber it, each GPU's batch shrinks."""
     gpus = hardware.gpus_per_node * num_nodes
-    batch = max(1, min(workload.batch_size, global_batch // gpus))
-    accumulation = max(1, math.ceil(global_batch / (batch * gpus)))
+    batch, accumulation = split_global_batch(global_batch, gpus, workload.batch_size)
     step = performance.step_time(dataclasses.replace(workload, batch_size=batch),
                                  hardware.cluster(num_nodes), accumulation, measured)
     one_gpu = measured or workload.batch_size / performance.micro_step_seconds(workload,
@@ -195,13 +206,14 @@ def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, gl
     """Prints the plan for `num_nodes` and the table over node counts; returns its row."""
     gpu = hardware.gpu
     print(f"hardware: {num_nodes} node(s) x {hardware.description}")
-    batch = fitting_batch(workload, gpu)
-    if batch < workload.batch_size:
-        print(f"batch: {workload.batch_size} per GPU does not fit in {gpu.name}'s "
-              f"{gpu_memory(gpu).allocator_bytes / model_size.GIB:.1f} GiB for TensorFlow; "
-              f"estimating --train_batch_size={batch} (more accumulation, same global batch)")
-        workload = dataclasses.replace(workload, batch_size=batch)
+    recipe_batch = workload.batch_size
+    workload = dataclasses.replace(workload, batch_size=fitting_batch(workload, gpu))
     row = plan_row(workload, hardware, num_nodes, global_batch, num_sequences, measured)
+    if workload.batch_size < recipe_batch:
+        print(f"batch: {recipe_batch} per GPU does not fit in {gpu.name}'s "
+              f"{gpu_memory(gpu).allocator_bytes / model_size.GIB:.1f} GiB for TensorFlow; "
+              f"estimating --train_batch_size={row.batch_size} (more accumulation, same global "
+              "batch)")
     per_gpu = dataclasses.replace(workload, batch_size=row.batch_size)
     one_gpu = measured or per_gpu.batch_size / performance.micro_step_seconds(per_gpu, gpu)
     peak = gpu.peak_tflops(workload.precision)
