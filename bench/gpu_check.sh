@@ -20,7 +20,9 @@
 # - NVIDIA's NGC TensorFlow image (the Dockerfile's base, Python 3.12): its TensorFlow and its
 #   NCCL Horovod stay; bert_tf and its pure-Python dependencies go into its Python, the
 #   Dockerfile's way (no tensorflow*, tensorflow-text or horovod pins).
-# - A CUDA 12 machine with python3 (3.10-3.13): a venv .venv-gpu gets tensorflow[and-cuda] at
+# - A CUDA 12 machine with python3 (3.12 checked: `pip install --dry-run --python-version 3.12
+#   --only-binary=:all: -r <(bash bench/gpu_check.sh --requirements=cuda)` resolves every pin
+#   to a wheel): a venv .venv-gpu gets tensorflow[and-cuda] at
 #   install/requirements.txt's TensorFlow version and those requirements WITHOUT tensorflow-cpu
 #   (tensorflow-cpu and tensorflow unpack into the same site-packages/tensorflow: the last one
 #   installed wins, and the CPU build sees no GPU), then Horovod built from its source against
