@@ -47,7 +47,7 @@ def command_of(out):
     ("bert_large_phase1", 1, 1024), ("bert_large_phase1", 8, 128), ("bert_large_phase1", 64, 16),
     ("bert_large_phase2", 1, 2048), ("bert_large_phase2", 8, 256), ("bert_large_phase2", 32, 64),
     ("bert_base_phase1", 1, 256), ("bert_base_phase1", 8, 32), ("bert_base_phase1", 128, 2),
-    ("bert_base_phase2", 1, 512), ("bert_base_phase2", 8, 64), ("bert_base_phase2", 16, 32),
+    ("bert_base_phase2", 1, 1024), ("bert_base_phase2", 8, 128), ("bert_base_phase2", 16, 64),
 ])
 def test_recipes_reach_nvidias_global_batch_on_any_gpu_count(recipe, gpus, accumulation,
                                                              capsys):
@@ -96,7 +96,7 @@ def test_mpirun_binding_and_environment_forwarding(capsys):
         "mpirun", "-np", "4", "-H", "localhost:4", "--allow-run-as-root", "-bind-to", "none",
         "-map-by", "slot", "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "python", RUN,
-        f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=128",
+        f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=256",
         *DATA, "--init_checkpoint=/r/p1"]
 
 
