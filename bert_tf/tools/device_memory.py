@@ -22,8 +22,15 @@ RESERVE_VARIABLE = "TF_DEVICE_MIN_SYS_MEMORY_IN_MB"
 
 
 def tensorflow_reserve_mib(available_mib: float, cc_major: int | None) -> int:
-    """TensorFlow's default reserve (MinSystemMemory); an unknown compute capability gets the
-    largest, 1,800 MiB."""
+    """TensorFlow's default reserve (MinSystemMemory).
+
+    Args:
+      available_mib: memory free once the CUDA context exists, MiB.
+      cc_major: compute capability major version; None (unknown) gets the largest reserve.
+
+    Returns:
+      The reserve in MiB.
+    """
     if available_mib < 2048:
         return 225
     if cc_major is None or cc_major >= 9:

@@ -89,8 +89,16 @@ NUMERIC_FLAGS = {
 
 
 def check_numbers(values: dict, bounds: dict, where: str = ""):
-    """check_number on each given (not None) value; EstimateError naming the flag, after
-    `where` (e.g. the recipe it came from)."""
+    """check_number on each given (not None) value.
+
+    Args:
+      values: {flag: value}.
+      bounds: {flag: check_number's bound keywords}.
+      where: a prefix for the message, e.g. the recipe the values came from.
+
+    Raises:
+      EstimateError naming the flag, its bounds and the value.
+    """
     for flag, limits in bounds.items():
         if values.get(flag) is not None:
             try:

@@ -69,7 +69,17 @@ class Confidence:
 
 
 def confidence(gpu: GpuSpec, precision: str, measured_source: str | None = None) -> Confidence:
-    """The confidence of the per-GPU throughput on `gpu` under `precision`."""
+    """How sure the per-GPU throughput on `gpu` under `precision` is.
+
+    Args:
+      gpu: the GPU preset.
+      precision: the run's --precision (picks the efficiency class).
+      measured_source: where a measured throughput came from (--sequences_per_second,
+        --metrics_file=...), if one replaces the model.
+
+    Returns:
+      A Confidence: measured, fitted (published figures cover this preset) or borrowed.
+    """
     if measured_source:
         return Confidence("measured", measured_source)
     key = efficiency_class(gpu, precision)

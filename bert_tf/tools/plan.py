@@ -76,9 +76,18 @@ class PlanRow:
 
 
 def split_global_batch(global_batch, gpus, batch_limit) -> tuple[int, int]:
-    """(per-GPU batch, accumulation) for `gpus`: the largest batch up to `batch_limit` whose
-    micro-batches make exactly the global batch, as launch/launch.py requires; when the GPU
-    count does not divide it (the table's node counts), the nearest global batch above."""
+    """The per-GPU batch and accumulation that make the global batch on `gpus` GPUs.
+
+    Args:
+      global_batch: sequences per update, all GPUs.
+      gpus: GPUs training together.
+      batch_limit: the largest per-GPU batch (the recipe's, or what fits in memory).
+
+    Returns:
+      (batch, accumulation): the largest batch up to `batch_limit` whose micro-batches make
+      exactly the global batch, as launch/launch.py requires; when the GPU count does not
+      divide it (a node count of the table), the nearest global batch above.
+    """
     if global_batch % gpus:
         batch = max(1, min(batch_limit, global_batch // gpus))
         return batch, max(1, math.ceil(global_batch / (batch * gpus)))
