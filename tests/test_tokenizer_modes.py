@@ -204,6 +204,8 @@ def test_japanese_mecab_wordpiece(ja_mecab, ja_held_out):
     # The initial alphabet: no whole word becomes [UNK] for want of a "##" character.
     assert (ids == ja_mecab.unk_id).mean() < 0.003
     np.testing.assert_array_equal(word_starts, ja_mecab.word_start_table()[ids])
+    other_backend = load_tokenizer(ja_mecab.vocab_file, backend="tokenizers")
+    np.testing.assert_array_equal(other_backend.tokenize_ids_batch(ja_held_out)[0], ids)
     for i, line in enumerate(ja_held_out[:100]):
         pieces = ja_mecab.tokenize_with_offsets(line)
         assert [p.id for p in pieces] == ids[row_splits[i]:row_splits[i + 1]].tolist()

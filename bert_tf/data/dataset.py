@@ -32,7 +32,15 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data import pretraining_data, shard_jobs, shards, shared_flags, wikipedia, workers
+from bert_tf.data import (
+    pretraining_data,
+    shard_jobs,
+    shards,
+    shared_flags,
+    tokenizer_spec,
+    wikipedia,
+    workers,
+)
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
 
 
@@ -62,7 +70,7 @@ class DatasetConfig:
         """What the output depends on (not where it goes, nor how many processes make it)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in ("input_files", "output_dir", "vocab_file", "num_workers",
-                             "progress", "allow_dictionary_mismatch", "do_lower_case")} | {"phases": [list(p) for p in self.phases]}
+                             "progress", "allow_dictionary_mismatch")} | {"phases": [list(p) for p in self.phases]}
 
     def instance_config(self, max_seq_length, max_predictions_per_seq):
         return pretraining_data.InstanceConfig(
@@ -77,13 +85,16 @@ def is_dump(path):
 
 
 def expected_manifest(config, input_files, spec):
-    """What the output depends on; `spec`: the vocab's TokenizerSpec (casing included)."""
-    return {
+    """What the output depends on; `spec`: the vocab's TokenizerSpec, recorded when the vocab
+    has a spec file (a Google vocab's manifest stays as it was, so older runs resume)."""
+    expected = {
         "inputs": shards.input_identities(input_files),
-        "settings": config.settings(),
+        "settings": config.settings() | {"do_lower_case": spec.do_lower_case},
         "vocab_sha256": shards.file_sha256(config.vocab_file),
-        "tokenizer_spec": spec.to_json(),
     }
+    if tokenizer_spec.read_spec(config.vocab_file) is not None:
+        expected["tokenizer_spec"] = spec.to_json()
+    return expected
 
 
 # --------------------------------------------------------------------------- stages

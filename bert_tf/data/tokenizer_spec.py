@@ -15,9 +15,10 @@ is an error unless allowed explicitly.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
+
+from bert_tf.data.shards import file_sha256
 
 SPEC_FORMAT = "bert_tf-tokenizer-spec"
 SPEC_VERSION = 1
@@ -115,14 +116,6 @@ def spec_path(vocab_file):
     """Where the spec of `vocab_file` lives: vocab.txt -> vocab.tokenizer.json."""
     stem, _ = os.path.splitext(str(vocab_file))
     return f"{stem}.tokenizer.json"
-
-
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_spec(vocab_file):
