@@ -42,6 +42,7 @@ from bert_tf.data import (
     workers,
 )
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
+from bert_tf.data.numeric_flags import check_number
 
 
 class DatasetError(ValueError):
@@ -147,10 +148,9 @@ def phase_dir_name(index, max_seq_length):
 
 
 def validate(config):
-    if config.num_workers < 1:
-        raise DatasetError(f"--num_workers={config.num_workers} must be at least 1")
-    if config.shard_mb <= 0:
-        raise DatasetError(f"--shard_mb={config.shard_mb} must be positive")
+    check_number("num_workers", config.num_workers, at_least=1, integer=True,
+                 error=DatasetError)
+    check_number("shard_mb", config.shard_mb, above=0, error=DatasetError)
     for seq, predictions in config.phases:
         config.instance_config(seq, predictions).validate()
     try:
@@ -260,6 +260,8 @@ def run(config: DatasetConfig) -> int:
     """Prepares the dataset and prints its counts; returns the exit status (128 + the signal
     when interrupted). DatasetError, InputDataError, PretrainingDataError, VocabError on bad
     input."""
+    # Also when this process makes the records itself (--num_workers=1, or one input file).
+    workers.hide_gpus()
     try:
         with workers.interruptible():
             manifest = prepare_dataset(config)
