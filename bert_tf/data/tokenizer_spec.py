@@ -183,8 +183,8 @@ PRESETS = {
     "mecab": ("wordpiece", "mecab", "nfkc", False),
     # cl-tohoku's character-level variant: MeCab words, one piece per character.
     "character": ("character", "mecab", "nfkc", False),
-    # KLUE-BERT: Mecab-ko morphemes, then WordPiece, cased; the text as it is (klue/bert-base's
-    # tokenizer_config has no normalisation).
+    # KLUE-BERT: Mecab-ko morphemes, then WordPiece, cased, no Unicode normalisation (the
+    # released klue/bert-base tokenizer is a plain cased BertTokenizer).
     "mecab-ko": ("wordpiece", "mecab-ko", "none", False),
     # KoBERT / ALBERT: a SentencePiece unigram model over NFKC text (SentencePiece's nmt_nfkc).
     "sentencepiece": ("sentencepiece", "none", "nfkc", False),
