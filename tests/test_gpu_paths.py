@@ -15,8 +15,7 @@ import tiny
 from conftest import PYTHON, REPO, run_command
 from tiny import ONE_THREAD, VENV_BIN
 
-from bert_tf.data import input_pipeline
-from bert_tf.data import pretraining_data as pdata
+from bert_tf.data import input_pipeline, shard_jobs
 from bert_tf.model.config import BertConfig
 from bert_tf.train import distributed
 from bert_tf.train.loop import PretrainingState
@@ -129,8 +128,8 @@ def test_data_creation_workers_hide_the_gpus(tmp_path):
     shard = tmp_path / "shard.txt"
     shard.write_text("text\n")
     jobs = [(i, str(shard)) for i in range(2)]
-    stats = pdata.run_jobs(jobs, num_workers=2, progress=False, num_inputs=2,
-                           run=_gpu_visibility_of_worker)
+    stats = shard_jobs.run_jobs(jobs, num_workers=2, progress=False, num_inputs=2,
+                                run=_gpu_visibility_of_worker)
     assert stats["gpus_hidden"] == 2, stats
     assert os.environ.get("CUDA_VISIBLE_DEVICES") != ""  # this process is left as it was
 

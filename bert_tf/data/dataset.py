@@ -32,7 +32,7 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data import pretraining_data, shards, shared_flags, wikipedia, workers
+from bert_tf.data import pretraining_data, shard_jobs, shards, shared_flags, wikipedia, workers
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
 
 
@@ -114,9 +114,8 @@ def write_phase(inputs, phase_dir, config, instance_config, rank=0, size=1):
     outputs = [os.path.join(phase_dir, f"part-{i:05d}.tfrecord") for i in range(len(inputs))]
     jobs = [(i, path, outputs[i], config.vocab_file, config.do_lower_case, instance_config)
             for i, path in enumerate(inputs) if not shards.is_done(outputs[i])]
-    pretraining_data.run_jobs(jobs[rank::size], config.num_workers, config.progress and rank == 0,
-                              len(inputs), run=_phase_job_tuple,
-                              desc=os.path.basename(phase_dir))
+    shard_jobs.run_jobs(jobs[rank::size], config.num_workers, config.progress and rank == 0,
+                        len(inputs), run=_phase_job_tuple, desc=os.path.basename(phase_dir))
     return outputs
 
 
@@ -159,7 +158,7 @@ def prepare_dataset(config):
     for dump in dumps:
         wikipedia.check_complete(dump)
     expected = expected_manifest(config, input_files)
-    comm = pretraining_data.mpi_comm()
+    comm = shard_jobs.mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
     shards.check_manifest(config.output_dir, expected)  # every rank fails alike
     _barrier(comm)
