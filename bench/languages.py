@@ -50,7 +50,8 @@ LANGUAGES = {
            "ner": SHARED / "ko" / "klue-ner-v1.1_dev_first4000.tsv", "splitter": "mecab-ko"},
 }
 # build_vocab flags per tokenizer (the splitter is the language's); the spec written beside the
-# vocab carries them to create_pretraining_data and run_finetuning.
+# vocab carries them to create_pretraining_data and run_finetuning. All are cased (both scripts
+# get --nodo_lower_case too): lower-casing has nothing to fold in kana, kanji or Hangul.
 VOCAB_FLAGS = {
     "today": lambda splitter: ["--nodo_lower_case", "--max_unique_chars=6000"],
     "mecab": lambda splitter: [f"--word_tokenizer_type={splitter}", "--max_unique_chars=6000"],
@@ -61,9 +62,9 @@ VOCAB_SIZE = 8000  # the demo's
 # Fine-tuning: the peak learning rate pretraining_pays.py found for tagging with this model
 # (3e-4; bench/README.md, "Pretraining pays?"), more passes over the 400 Japanese sentences
 # than over the 3,200 Korean ones (about 250 updates each).
-FINETUNING_FLAGS = ("--task_name=ner", "--max_seq_length=128", "--train_batch_size=16",
+FINETUNING_FLAGS = ("--task_name=ner", "--train_batch_size=16",
                     "--learning_rate=3e-4", "--do_train", "--do_eval", "--do_predict",
-                    "--ner_lenient_tags", "--log_every_n_steps=100")
+                    "--ner_lenient_tags", "--nodo_lower_case", "--log_every_n_steps=100")
 EPOCHS = {"ja": 10, "ko": 1.25}
 
 
@@ -77,10 +78,17 @@ def parse_args():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--num_train_steps", type=int, default=demo.DemoConfig.num_train_steps,
                         help="pretraining updates of 64 sequences (the demo's)")
+    parser.add_argument("--max_seq_length", type=int, default=demo.MAX_SEQ_LENGTH,
+                        help="pretraining and fine-tuning sequence length (word pieces)")
+    parser.add_argument("--tokenizers", default="mecab,today,sentencepiece",
+                        help="pretrain these (random init comes with mecab)")
     parser.add_argument("--parallel_finetuning", type=int, default=1)
     parser.add_argument("--work_dir", default="")
     args = parser.parse_args()
     args.languages = [lang for lang in args.languages.split(",") if lang]
+    args.tokenizers = [t for t in args.tokenizers.split(",") if t]
+    if set(args.tokenizers) - set(VOCAB_FLAGS):
+        common.fail(f"--tokenizers: choose from {', '.join(VOCAB_FLAGS)}")
     if not 1 <= args.folds <= args.num_folds or args.num_folds < 3:
         common.fail("--folds must be in 1..--num_folds, and --num_folds >= 3")
     args.work_dir = Path(args.work_dir or Path.home() / ".cache" / "bert_tf" / "languages"
@@ -128,7 +136,7 @@ def pretraining_text(lang, sentences, parts, args, work: Path) -> Path:
     return out
 
 
-def prepare(lang, tokenizer, corpus: Path, work: Path) -> dict:
+def prepare(lang, tokenizer, corpus: Path, args, work: Path) -> dict:
     """Vocab (+ spec), TFRecords (9 shards train, 1 eval) and bert_config.json of one
     tokenizer; returns their paths."""
     out = work / tokenizer
@@ -148,12 +156,19 @@ def prepare(lang, tokenizer, corpus: Path, work: Path) -> dict:
             demo.run_step(f"{lang} {tokenizer} {split} records", [
                 sys.executable, "create_pretraining_data.py", f"--input_file={','.join(files)}",
                 f"--output_file={out / 'data' / (split + '-{shard:05d}.tfrecord')}",
-                f"--vocab_file={vocab}", f"--max_seq_length={demo.MAX_SEQ_LENGTH}",
-                f"--max_predictions_per_seq={demo.MAX_PREDICTIONS_PER_SEQ}",
-                "--masked_lm_prob=0.15", "--do_whole_word_mask", f"--dupe_factor={dupe}",
+                f"--vocab_file={vocab}", f"--max_seq_length={args.max_seq_length}",
+                f"--max_predictions_per_seq={predictions_per_seq(args)}",
+                "--nodo_lower_case", "--masked_lm_prob=0.15", "--do_whole_word_mask",
+                f"--dupe_factor={dupe}",
                 "--random_seed=12345", "--noprogress"], log_file=out / f"{split}-records.log")
     return {"dir": out, "vocab": str(vocab), "records": records,
             "config": demo.write_model_config(str(out), str(vocab))}
+
+
+def predictions_per_seq(args) -> int:
+    """Google's 20 masked positions per 128 pieces, in proportion."""
+    return max(1, round(demo.MAX_PREDICTIONS_PER_SEQ * args.max_seq_length
+                        / demo.MAX_SEQ_LENGTH))
 
 
 def pretrain(lang, tokenizer, model: dict, args) -> str:
@@ -163,19 +178,23 @@ def pretrain(lang, tokenizer, model: dict, args) -> str:
         recipe = demo.write_recipe(str(model["dir"]), model["config"], model["records"],
                                    str(model["dir"] / "model"), args.num_train_steps,
                                    save_every=args.num_train_steps,
+                                   max_seq_length=args.max_seq_length,
+                                   max_predictions_per_seq=predictions_per_seq(args),
                                    precision=demo.pretraining_precision("auto", demo.cpu_flags()))
         demo.run_step(f"{lang} {tokenizer} pretraining", demo.pretraining_command(recipe),
                       log_file=model["dir"] / "pretraining.log", env=demo.PRETRAINING_THREADS)
     return str(prefix)
 
 
-def finetune(lang, init, fold, seed, model, checkpoint, work: Path) -> dict:
+def finetune(lang, init, fold, seed, model, checkpoint, args) -> dict:
     """One run_finetuning.py process (1 thread) on one fold; the test fold's entity F1 from its
     predictions.tsv and the boundaries inside pieces from its log."""
+    work = args.work_dir / lang
     out = work / "runs" / f"{init}-fold{fold}-s{seed}"
     result = out / "test_scores.json"
     if not result.exists():
         cmd = [sys.executable, "run_finetuning.py", *FINETUNING_FLAGS,
+               f"--max_seq_length={args.max_seq_length}",
                f"--num_train_epochs={EPOCHS[lang]}", f"--data_dir={work / 'folds' / f'fold{fold}'}",
                f"--bert_config_file={model['config']}", f"--vocab_file={model['vocab']}",
                f"--init_checkpoint={checkpoint}",
@@ -236,8 +255,9 @@ def markdown(args, rows, results) -> str:
     cuts = sorted({(lang, init, run.get("boundary_inside_log", ""))
                    for (lang, init), runs in results.items() for run in runs.values()})
     return (f"# NER entity F1 by tokenizer: {args.folds} of {args.num_folds} folds x "
-            f"{args.seeds} seed(s), {args.num_train_steps} pretraining updates of 64 sequences, "
-            f"L2 H128 (the demo's model); majority baseline (all O) F1 = 0\n\n{table}\n\n"
+            f"{args.seeds} seed(s), {args.num_train_steps} pretraining updates of 64 sequences of "
+            f"{args.max_seq_length} pieces, L2 H128 (the demo's model); majority baseline (all O) "
+            f"F1 = 0\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`\n\n{table}\n\n"
             "Gold test entities with a boundary inside a piece (per run):\n\n"
             + "\n".join(f"- {lang} {init}: {cut}" for lang, init, cut in cuts if cut))
 
@@ -253,14 +273,14 @@ def run_language(lang, args, pool) -> dict:
     corpus = pretraining_text(lang, sentences, parts, args, work)
     runs = list(itertools.product(range(args.folds), range(1, args.seeds + 1)))
     jobs = {}
-    for tokenizer in ("mecab", "today", "sentencepiece"):
-        model = prepare(lang, tokenizer, corpus, work)
+    for tokenizer in args.tokenizers:
+        model = prepare(lang, tokenizer, corpus, args, work)
         if tokenizer == "mecab":
             jobs.update({("random", *run): pool.submit(finetune, lang, "random", *run, model, "",
-                                                       work) for run in runs})
+                                                       args) for run in runs})
         checkpoint = pretrain(lang, tokenizer, model, args)
         jobs.update({(tokenizer, *run): pool.submit(finetune, lang, tokenizer, *run, model,
-                                                    checkpoint, work) for run in runs})
+                                                    checkpoint, args) for run in runs})
     return jobs
 
 
