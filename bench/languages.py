@@ -53,9 +53,9 @@ LANGUAGES = {
 # vocab carries them to create_pretraining_data and run_finetuning. All are cased (both scripts
 # get --nodo_lower_case too): lower-casing has nothing to fold in kana, kanji or Hangul.
 VOCAB_FLAGS = {
-    "today": lambda splitter: ["--nodo_lower_case", "--max_unique_chars=6000"],
-    "mecab": lambda splitter: [f"--word_tokenizer_type={splitter}", "--max_unique_chars=6000"],
-    "sentencepiece": lambda splitter: ["--subword_tokenizer_type=sentencepiece"],
+    "today": lambda splitter: ["--tokenizer=bert", "--nodo_lower_case", "--max_unique_chars=6000"],
+    "mecab": lambda splitter: [f"--tokenizer={splitter}", "--max_unique_chars=6000"],
+    "sentencepiece": lambda splitter: ["--tokenizer=sentencepiece"],
 }
 INITS = ("today", "mecab", "sentencepiece", "random")
 VOCAB_SIZE = 8000  # the demo's
