@@ -16,7 +16,8 @@ class CreatePretrainingDataConfig:
     input_file: str  # comma-separated files or globs
     output_file: str  # comma-separated, or one name with a {shard} field
     vocab_file: str
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     do_whole_word_mask: bool = False
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
@@ -67,7 +68,8 @@ def run(config: CreatePretrainingDataConfig) -> int:
             summary = pretraining_data.create_pretraining_data(
                 config.input_file, config.output_file, config.vocab_file, config.do_lower_case,
                 config.instance_config(), num_workers=config.num_workers,
-                progress=config.progress)
+                progress=config.progress,
+                allow_dictionary_mismatch=config.allow_dictionary_mismatch)
     except workers.Interrupted as e:
         print(f"create_pretraining_data: {e}: workers stopped, temporary files removed, no "
               "output written; rerun the command to start again", file=sys.stderr)

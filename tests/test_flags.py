@@ -73,6 +73,7 @@ PRETRAINING = {
     'do_eval': ('BooleanParser', None, False),
     'do_train': ('BooleanParser', None, False),
     'dynamic_masking': ('BooleanParser', None, False),
+    'do_whole_word_mask': ('BooleanParser', None, False),  # issue 34: with --dynamic_masking
     'elastic': ('BooleanParser', None, False),  # added after a8bd354 (elastic Horovod)
     'elastic_commit_every_n_steps': ('IntegerParser', None, 10),
     'eval_batch_size': ('IntegerParser', None, 8),
@@ -109,7 +110,9 @@ FINETUNING = {
     'bert_config_file': ('ArgumentParser', None, None),
     'data_dir': ('ArgumentParser', None, None),
     'do_eval': ('BooleanParser', None, False),
-    'do_lower_case': ('BooleanParser', None, True),
+    # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
     'do_predict': ('BooleanParser', None, False),
     'do_train': ('BooleanParser', None, False),
     'eval_batch_size': ('IntegerParser', None, 64),
@@ -142,7 +145,9 @@ EXPECTED = {
         'batch_size': ('IntegerParser', None, 16),
         'bert_config_file': ('ArgumentParser', None, None),
         'conllu': ('ArgumentParser', None, None),
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'init_checkpoint': ('ArgumentParser', None, None),
         'input_file': ('ArgumentParser', None, None),
         'js_rows_per_segment': ('IntegerParser', None, 16),
@@ -155,8 +160,15 @@ EXPECTED = {
         'word_level': ('BooleanParser', None, False),
     },
     'build_vocab': {
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
         'input_files': ('ArgumentParser', None, None),
+        # Issue 34: the tokenizer recipe and its settings (None: the recipe's).
+        'initial_alphabet': ('ArgumentParser', None, ''),
+        'normalization': ('EnumParser', ['none', 'nfkc'], None),
+        'strip_accents': ('BooleanParser', None, None),
+        'tokenize_chinese_chars': ('BooleanParser', None, None),
+        'tokenizer': ('EnumParser', ['bert', 'mecab', 'character', 'mecab-ko', 'sentencepiece'], 'bert'),
         'max_unique_chars': ('IntegerParser', None, 1000),
         'min_count': ('IntegerParser', None, 2),
         'num_unused_tokens': ('IntegerParser', None, 0),
@@ -164,7 +176,9 @@ EXPECTED = {
         'vocab_size': ('IntegerParser', None, 30522),
     },
     'create_pretraining_data.py': {
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'do_whole_word_mask': ('BooleanParser', None, False),
         'dupe_factor': ('IntegerParser', None, 10),
         'dynamic_masking': ('BooleanParser', None, False),
@@ -239,7 +253,9 @@ EXPECTED = {
     },
     'predict': {
         'bert_config_file': ('ArgumentParser', None, None),
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'init_checkpoint': ('ArgumentParser', None, None),
         'json': ('BooleanParser', None, False),
         'text': ('ArgumentParser', None, None),
@@ -247,7 +263,9 @@ EXPECTED = {
         'vocab_file': ('ArgumentParser', None, None),
     },
     'prepare_dataset': {
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'do_whole_word_mask': ('BooleanParser', None, False),
         'dupe_factor': ('IntegerParser', None, 5),
         'input_files': ('ArgumentParser', None, None),
@@ -265,7 +283,9 @@ EXPECTED = {
         'batch_size': ('IntegerParser', None, 32),
         'bert_config_file': ('ArgumentParser', None, None),
         'dev_fraction': ('FloatParser', None, 0.15),
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'eval_conllu': ('ArgumentParser', None, None),
         'init_checkpoint': ('ArgumentParser', None, None),
         'l2_weights': ('FloatParser', None, [0.0, 0.001]),
@@ -282,6 +302,14 @@ EXPECTED = {
         'vocab_file': ('ArgumentParser', None, None),
     },
     'run_finetuning.py': FINETUNING,
+    # Issue 34.
+    'tokenize': {
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
+        'do_lower_case': ('BooleanParser', None, None),
+        'input_file': ('ArgumentParser', None, ''),
+        'json': ('BooleanParser', None, False),
+        'vocab_file': ('ArgumentParser', None, None),
+    },
     'run_pretraining.py': PRETRAINING,
     'wikipedia': {
         'input_files': ('ArgumentParser', None, None),

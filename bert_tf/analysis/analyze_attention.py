@@ -26,9 +26,10 @@ from tqdm import tqdm
 
 import bert_tf
 from bert_tf.analysis import plots, statistics
+from bert_tf.data import shared_flags
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
 from bert_tf.data.files import InputDataError, read_text
-from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.data.tokenization import VocabError, load_tokenizer
 from bert_tf.model import checkpoints, devices, modeling
 from bert_tf.model.config import BertConfig, BertConfigError
 
@@ -51,7 +52,8 @@ class AnalysisArgs:
     max_seq_length: int = 128
     batch_size: int = 16
     word_level: bool = False
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     js_rows_per_segment: int = 16
     mlm_gradient: bool = True
     seed: int = 12345
@@ -271,8 +273,9 @@ def analyse(args):
     """Runs everything and writes the report; returns the stats dict."""
     check_args(args)
     sentences = read_conllu(args.conllu) if args.conllu else None
+    tokenizer = load_tokenizer(args.vocab_file, args.do_lower_case,
+                               args.allow_dictionary_mismatch)
     model, mlm_head_problem = load_model(args)
-    tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
     config = model.config
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     attention_fn = make_attention_fn(model)
@@ -503,8 +506,7 @@ def define_flags():
     flags.DEFINE_integer("batch_size", d["batch_size"], "Segments per forward pass.")
     flags.DEFINE_bool("word_level", d["word_level"], "Analyse word-level maps: attention to a "
                       "split word summed over its pieces, from it averaged.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case input (uncased vocabularies).")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_integer("js_rows_per_segment", d["js_rows_per_segment"],
                          "Attending tokens per segment sampled for the Jensen-Shannon head "
                          "distances (cost grows with heads^2); 0 = all.")

@@ -38,8 +38,9 @@ from bert_tf.analysis.analyze_attention import (
     segment_features,
     write_csv,
 )
+from bert_tf.data import shared_flags
 from bert_tf.data.conllu import ConlluError, read_conllu
-from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.data.tokenization import VocabError, load_tokenizer
 from bert_tf.model import modeling
 from bert_tf.model.config import BertConfigError
 
@@ -75,7 +76,8 @@ class ProbeArgs:
     max_epochs: int = probes.MAX_EPOCHS
     dev_fraction: float = probes.DEV_FRACTION
     upos_steps: int = 300
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     random_init: bool = True
     seed: int = 12345
 
@@ -277,8 +279,9 @@ def run_probes(args):
     start = time.time()
     check_args(args)
     train, held_out = read_splits(args)
+    tokenizer = load_tokenizer(args.vocab_file, args.do_lower_case,
+                               args.allow_dictionary_mismatch)
     model, _ = load_model(args)
-    tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
     eval_flag = "eval_conllu" if args.eval_conllu else "train_conllu"
     segments, skipped = {}, {}
     for split, sentences, flag in (("train", train, "train_conllu"),
@@ -391,8 +394,7 @@ def define_flags():
                        "held out as dev to pick each probe's rate, L2 and passes.")
     flags.DEFINE_integer("upos_steps", d["upos_steps"], "Full-batch Adam steps of each "
                          "layer's UPOS classifier.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case input (uncased vocabularies).")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_bool("random_init", d["random_init"], "Also probe the same architecture "
                       "with random weights (the control).")
     flags.DEFINE_integer("seed", d["seed"], "Seed of the random-init model and of the probes.")

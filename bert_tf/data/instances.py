@@ -72,21 +72,26 @@ def _truncate_pair(a_start, a_end, b_start, b_end, is_random_next, max_num_token
     return a_start, a_end, b_start, b_end, is_random_next
 
 
-def assemble_tokens(flat, pairs, tokenizer, max_seq_length):
+def assemble_tokens(flat, pairs, tokenizer, max_seq_length, flat_word_starts=None):
     """[CLS] A [SEP] B [SEP] + padding for every pair at once -> (input_ids, segment_ids,
-    lengths) with input_ids/segment_ids int64 [n, S]."""
+    lengths, word_starts) with input_ids/segment_ids int64 [n, S]; word_starts (bool [n, S],
+    whether each position begins a word; None without flat_word_starts) for whole-word
+    masking."""
     position = np.arange(max_seq_length)[None, :]
     a_start, a_end, b_start, b_end = (pairs[:, k:k + 1] for k in range(4))
     len_a, len_b = a_end - a_start, b_end - b_start
     in_a = (position >= 1) & (position <= len_a)
     in_b = (position >= len_a + 2) & (position <= len_a + len_b + 1)
     source = np.where(in_a, a_start + position - 1, np.where(in_b, b_start + position - len_a - 2, 0))
-    input_ids = np.where(in_a | in_b, flat[np.minimum(source, max(flat.size - 1, 0))],
-                         tokenizer.pad_id).astype(np.int64)
+    source = np.minimum(source, max(flat.size - 1, 0))
+    input_ids = np.where(in_a | in_b, flat[source], tokenizer.pad_id).astype(np.int64)
+    word_starts = None
+    if flat_word_starts is not None:
+        word_starts = ~(in_a | in_b) | flat_word_starts[source]
     input_ids[:, 0] = tokenizer.cls_id
     rows = np.arange(len(pairs))
     input_ids[rows, len_a[:, 0] + 1] = tokenizer.sep_id
     input_ids[rows, (len_a + len_b)[:, 0] + 2] = tokenizer.sep_id
     lengths = (len_a + len_b + 3)[:, 0]
     segment_ids = ((position >= len_a + 2) & (position < lengths[:, None])).astype(np.int64)
-    return input_ids, segment_ids, lengths
+    return input_ids, segment_ids, lengths, word_starts

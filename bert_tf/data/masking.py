@@ -10,8 +10,10 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     """Google's create_masked_lm_predictions for a batch of instances.
 
     Returns (masked input_ids, positions [n, P], label ids [n, P], weights [n, P], counts) where
-    counts tallies the 80/10/10 decisions. word_starts (bool per vocab id, for whole-word masking)
-    is None for per-token masking.
+    counts tallies the 80/10/10 decisions. word_starts (bool [n, S]: whether each position
+    begins a word of the tokenizer's word splitter, for whole-word masking) is None for
+    per-token masking. The words come from the splitter (tokenize_words_batch), not from "##"
+    strings: Japanese without spaces rarely makes "##" pieces under Google's split.
     """
     n, seq_length = input_ids.shape
     max_predictions = config.max_predictions_per_seq
@@ -27,8 +29,8 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
             num_to_mask, candidate.sum(1))[:, None]
         positions = np.sort(np.where(chosen, order, seq_length), axis=1)
     else:
-        positions = _choose_whole_words(input_ids, candidate, keys, num_to_mask, word_starts,
-                                        max_predictions, seq_length)
+        positions = _choose_whole_words(candidate, keys, num_to_mask, word_starts,
+                                        max_predictions)
     valid = positions < seq_length
     positions = np.where(valid, positions, 0)
     rows = np.arange(n)[:, None]
@@ -48,13 +50,14 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     return masked, positions, labels, valid.astype(np.float32), counts
 
 
-def _choose_whole_words(input_ids, candidate, keys, num_to_mask, word_starts, max_predictions,
-                        seq_length):
-    """Whole words in random order, skipping a word that would overflow num_to_mask (Google)."""
-    continues = candidate & ~word_starts[input_ids]
+def _choose_whole_words(candidate, keys, num_to_mask, word_starts, max_predictions):
+    """Whole words in random order, skipping a word that would overflow num_to_mask (Google).
+    A word never continues across [CLS]/[SEP] (the first piece of segment B starts one)."""
+    n, seq_length = candidate.shape
+    continues = candidate & ~word_starts
     continues[:, 1:] &= candidate[:, :-1]
-    positions = np.full((len(input_ids), max_predictions), seq_length, np.int64)
-    for row in range(len(input_ids)):
+    positions = np.full((n, max_predictions), seq_length, np.int64)
+    for row in range(n):
         token_positions = np.flatnonzero(candidate[row])
         word_first = token_positions[~continues[row, token_positions]]
         word_ends = np.append(word_first[1:], seq_length)

@@ -79,21 +79,23 @@ class InstanceConfig:
             raise PretrainingDataError(f"--dupe_factor={self.dupe_factor} must be at least 1")
         if self.dynamic_masking and (self.do_whole_word_mask or self.masked_lm_prob != 0.15):
             # The records carry no masks: training chooses them with input_pipeline's
-            # DynamicMasking, which masks single WordPieces at 15%, so these would be ignored.
+            # DynamicMasking at 15%, so these would be ignored.
             raise PretrainingDataError(
                 "--dynamic_masking writes unmasked records, and run_pretraining.py "
-                "--dynamic_masking masks single WordPieces with probability 0.15: it cannot honour "
+                "--dynamic_masking masks with probability 0.15: it cannot honour "
                 f"--do_whole_word_mask={self.do_whole_word_mask} / "
-                f"--masked_lm_prob={self.masked_lm_prob}. Drop those flags, or write masked "
-                "records (without --dynamic_masking) to use them")
+                f"--masked_lm_prob={self.masked_lm_prob}. Drop those flags (pass "
+                "--do_whole_word_mask to run_pretraining.py), or write masked records (without "
+                "--dynamic_masking) to use them")
 
 
 # --------------------------------------------------------------------------- reading + tokenizing
 
 
 def read_documents(path, tokenizer, stats):
-    """Tokenizes one input file -> (flat token ids, sentence [start, end) offsets into them,
-    document [first, last+1) sentence ranges). Undecodable bytes are replaced and counted."""
+    """Tokenizes one input file -> (flat token ids, whether each begins a word of the word
+    splitter, sentence [start, end) offsets into them, document [first, last+1) sentence
+    ranges). Undecodable bytes are replaced and counted."""
     try:
         text, replaced = read_text(path)
     except InputDataError as e:
@@ -103,12 +105,15 @@ def read_documents(path, tokenizer, stats):
     lines = [line.strip() for line in text.split("\n")]
     del text
     nonblank = [line for line in lines if line]
-    flat_parts, length_parts = [], []
+    flat_parts, start_parts, length_parts = [], [], []
     for i in range(0, len(nonblank), TOKENIZE_BATCH_LINES):
-        ids, splits = tokenizer.tokenize_ids_batch(nonblank[i:i + TOKENIZE_BATCH_LINES])
+        ids, splits, word_starts = tokenizer.tokenize_words_batch(
+            nonblank[i:i + TOKENIZE_BATCH_LINES])
         flat_parts.append(ids)
+        start_parts.append(word_starts)
         length_parts.append(np.diff(splits))
     flat = np.concatenate(flat_parts) if flat_parts else np.zeros([0], np.int32)
+    word_starts = np.concatenate(start_parts) if start_parts else np.zeros([0], bool)
     lengths = np.concatenate(length_parts) if length_parts else np.zeros([0], np.int64)
     ends = np.cumsum(lengths)
     starts = ends - lengths
@@ -131,45 +136,44 @@ def read_documents(path, tokenizer, stats):
     stats["documents"] += len(doc_ranges)
     stats["sentences"] += len(keep)
     stats["input_tokens"] += int(flat.size)
-    return flat, starts[keep], ends[keep], doc_ranges
+    return flat, word_starts, starts[keep], ends[keep], doc_ranges
 
 
 # --------------------------------------------------------------------------- one shard
 
 
 @functools.cache
-def _tokenizer(vocab_file, do_lower_case):
-    from bert_tf.data.tokenization import FullTokenizer
+def _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch):
+    from bert_tf.data.tokenization import load_tokenizer
 
-    return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+    return load_tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch)
 
 
-def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case, config):
+def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case, config,
+                  allow_dictionary_mismatch=False):
     """Input file -> instances written round-robin to part_paths (temporary names). Returns
-    a Counter of statistics."""
+    a Counter of statistics. do_lower_case None: the vocab's tokenizer spec decides."""
     import tensorflow as tf
 
     stats = collections.Counter(shards=1)
     started = time.perf_counter()
-    tokenizer = _tokenizer(vocab_file, do_lower_case)
-    flat, sentence_starts, sentence_ends, doc_ranges = read_documents(input_path, tokenizer, stats)
+    tokenizer = _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch)
+    flat, flat_word_starts, sentence_starts, sentence_ends, doc_ranges = read_documents(
+        input_path, tokenizer, stats)
     rng = random.Random(f"{config.random_seed}:{shard_index}")
     np_rng = np.random.default_rng([config.random_seed, shard_index])
     pairs = (create_pairs(sentence_starts, sentence_ends, doc_ranges, config, rng, stats)
              if doc_ranges else np.zeros([0, 5], np.int64))
     pairs = pairs[np_rng.permutation(len(pairs))]
-    word_starts = None
-    if config.do_whole_word_mask:
-        word_starts = np.array([not tokenizer.inv_vocab.get(i, "").startswith("##")
-                                for i in range(tokenizer.vocab_size)])
     lengths_by_name = feature_lengths(config.max_seq_length, config.max_predictions_per_seq)
     writers = [tf.io.TFRecordWriter(path) for path in part_paths]
     try:
         written = 0
         for begin in range(0, len(pairs), ENCODE_BATCH):
             batch = pairs[begin:begin + ENCODE_BATCH]
-            input_ids, segment_ids, lengths = assemble_tokens(flat, batch, tokenizer,
-                                                              config.max_seq_length)
+            input_ids, segment_ids, lengths, word_starts = assemble_tokens(
+                flat, batch, tokenizer, config.max_seq_length,
+                flat_word_starts if config.do_whole_word_mask else None)
             n = len(batch)
             predictions = lengths_by_name["masked_lm_positions"]
             if config.dynamic_masking:
@@ -255,35 +259,40 @@ def _input_files(input_file):
     return input_files
 
 
-def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config):
+def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config,
+              allow_dictionary_mismatch=False):
     """Validates the flags -> (input files, output files, process_shard jobs, parts of each
     output in input order)."""
-    from bert_tf.data.tokenization import load_vocab
+    from bert_tf.data.tokenization import resolve_spec
 
     config.validate()
     input_files = _input_files(input_file)
-    load_vocab(vocab_file)  # fail early on a bad vocab
+    # Fail early on a bad vocab, or flags or a dictionary that contradict its spec.
+    resolve_spec(vocab_file, do_lower_case, allow_dictionary_mismatch)
     outputs = resolve_output_files(output_file, len(input_files))
     if not outputs:
         raise PretrainingDataError("--output_file is empty")
     check_output_dirs(outputs)
     targets = assign_parts(len(input_files), len(outputs))
     jobs = [(i, path, [_part_path(outputs[j], i) for j in targets[i]], vocab_file,
-             do_lower_case, config) for i, path in enumerate(input_files)]
+             do_lower_case, config, allow_dictionary_mismatch)
+            for i, path in enumerate(input_files)]
     parts = [[_part_path(output, i) for i in range(len(input_files)) if j in targets[i]]
              for j, output in enumerate(outputs)]
     return input_files, outputs, jobs, parts
 
 
-def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
-                            config=InstanceConfig(), num_workers=1, progress=True):
+def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=None,
+                            config=InstanceConfig(), num_workers=1, progress=True,
+                            allow_dictionary_mismatch=False):
     """The whole run: validates, spreads input shards over MPI ranks and worker processes,
     writes outputs under temporary names and renames them when all are complete. Returns the
     summary dict (on MPI rank 0 the totals; other ranks return None)."""
     if num_workers < 1:
         raise PretrainingDataError(f"--num_workers={num_workers} must be at least 1")
     input_files, outputs, jobs, parts = plan_jobs(input_file, output_file, vocab_file,
-                                                  do_lower_case, config)
+                                                  do_lower_case, config,
+                                                  allow_dictionary_mismatch)
     comm = shard_jobs.mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
     my_jobs = jobs[rank::size]

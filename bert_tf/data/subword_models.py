@@ -1,17 +1,14 @@
 """Subword models: words (or whole normalised texts, for SentencePiece) -> vocab ids.
 
 WordPiece runs in tensorflow-text's FastBertTokenizer, or Hugging Face `tokenizers` where
-tensorflow-text is not installed (the same ids); SentencePiece in tensorflow-text's
-SentencepieceTokenizer (an in-graph op) where it imports, else the `sentencepiece` library.
+tensorflow-text is not installed (the same ids); SentencePiece in the `sentencepiece` library.
 TensorFlow is imported when a model is built, not with this module.
 """
-
-import functools
-import re
 
 import numpy as np
 
 from bert_tf.data.normalization import MAX_CHARS_PER_WORD, UNK_CHAR
+from bert_tf.data.tokenizer_spec import VocabError
 
 BACKENDS = ("tensorflow_text", "tokenizers")
 
@@ -114,33 +111,27 @@ WORD_START = "\u2581"  # SentencePiece's "▁": the piece starts a whitespace-se
 
 class SentencePieceModel:
     """Normalised texts -> SentencePiece ids and [start, end) character offsets; the model
-    file's ids are the vocab's (build_vocab makes them agree)."""
+    file's ids are the vocab's (build_vocab makes them agree).
+
+    The `sentencepiece` library does both, not tensorflow-text's in-graph SentencepieceTokenizer:
+    that op bundles another SentencePiece build, which breaks ties between equally scored
+    segmentations differently (12 of 400 held-out lines of the Japanese corpus, all runs of
+    "-", tests/test_tokenizer_modes.py), and ids and offsets must come from one engine."""
 
     def __init__(self, model_path):
-        with open(model_path, "rb") as f:
-            self.model_proto = f.read()
         import sentencepiece
 
-        self.processor = sentencepiece.SentencePieceProcessor(model_proto=self.model_proto)
-
-    @functools.cached_property
-    def _in_graph(self):
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
-        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+        try:
+            self.processor = sentencepiece.SentencePieceProcessor(model_file=str(model_path))
+        except (OSError, RuntimeError) as e:
+            raise VocabError(f"cannot load the SentencePiece model {model_path} named by the "
+                             f"vocab's tokenizer spec: {e}") from None
 
     def ids_of_texts(self, texts):
-        """-> (flat ids int32, row splits int64), in the graph where tensorflow-text imports."""
-        if not texts:
-            return np.zeros([0], np.int32), np.zeros([1], np.int64)
-        try:
-            ragged = self._in_graph.tokenize(texts)
-        except ImportError:
-            ids = self.processor.encode(list(texts))
-            return (np.fromiter((i for row in ids for i in row), np.int32),
-                    _row_splits([len(i) for i in ids]))
-        return ragged.flat_values.numpy(), ragged.row_splits.numpy()
+        """-> (flat ids int32, row splits int64)."""
+        ids = self.processor.encode(list(texts))
+        return (np.fromiter((i for row in ids for i in row), np.int32, sum(map(len, ids))),
+                _row_splits([len(i) for i in ids]))
 
     def pieces_with_offsets(self, text):
         """[(id, start, end)] with [start, end) character offsets into `text`, leading spaces
@@ -161,7 +152,7 @@ class SentencePieceModel:
 
 def is_word_start(token, subword_tokenizer_type):
     """Whether a piece begins a splitter word: not a "##" continuation (WordPiece, character),
-    or a "▁" piece (SentencePiece)."""
+    or a "▁" piece (SentencePiece, whose [UNK] stands for characters inside a word)."""
     if subword_tokenizer_type == "sentencepiece":
-        return token.startswith(WORD_START) or bool(re.fullmatch(r"\[[^\]]+\]", token))
+        return token.startswith(WORD_START)
     return not token.startswith("##")

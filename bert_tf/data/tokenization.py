@@ -30,16 +30,12 @@ import numpy as np
 from bert_tf.data import subword_models, tokenizer_spec
 from bert_tf.data.normalization import MAX_CHARS_PER_WORD, normalize_text
 from bert_tf.data.tokenizer_pipeline import Piece, Pipeline
-from bert_tf.data.tokenizer_spec import TokenizerSpec, TokenizerSpecError
+from bert_tf.data.tokenizer_spec import TokenizerSpec, TokenizerSpecError, VocabError
 
 __all__ = ["MAX_CHARS_PER_WORD", "FullTokenizer", "Piece", "TokenizerSpecError", "VocabError",
            "load_tokenizer", "load_vocab", "normalize_text"]
 
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-class VocabError(ValueError):
-    """The vocabulary file is missing, unreadable or lacks a special token."""
 
 
 def load_vocab(vocab_file):
@@ -72,8 +68,27 @@ def google_spec(do_lower_case=True):
     return TokenizerSpec(do_lower_case=do_lower_case, strip_accents=do_lower_case)
 
 
+def resolve_spec(vocab_file, do_lower_case=None, allow_dictionary_mismatch=False,
+                 flag="--do_lower_case", check_dictionary=True):
+    """The TokenizerSpec of `vocab_file` under a command's flags, checked without building a
+    tokenizer (no TensorFlow): the vocab is readable, the flag agrees with the spec, the
+    installed dictionary is the spec's. Arguments as load_tokenizer's."""
+    load_vocab(vocab_file)
+    spec = tokenizer_spec.read_spec(vocab_file)
+    if spec is None:
+        return google_spec(True if do_lower_case is None else do_lower_case)
+    spec = tokenizer_spec.resolve_casing(spec, vocab_file, do_lower_case, flag)
+    if check_dictionary:
+        from bert_tf.data import word_splitters
+
+        word_splitters.check_dictionary(spec, f"--vocab_file={vocab_file} (tokenizer spec "
+                                              f"{tokenizer_spec.spec_path(vocab_file)})",
+                                        allow_dictionary_mismatch)
+    return spec
+
+
 def load_tokenizer(vocab_file, do_lower_case=None, allow_dictionary_mismatch=False,
-                   backend=None, flag="--do_lower_case"):
+                   backend=None, flag="--do_lower_case", check_dictionary=True):
     """The tokenizer of `vocab_file`, as its spec says.
 
     Args:
@@ -81,24 +96,17 @@ def load_tokenizer(vocab_file, do_lower_case=None, allow_dictionary_mismatch=Fal
       do_lower_case: the command's casing flag; None: the spec's (True without a spec). A value
         that contradicts the spec raises TokenizerSpecError naming `flag` and the spec file.
       allow_dictionary_mismatch: use an installed word-splitter dictionary other than the
-        spec's (warning) instead of refusing it.
+        spec's (warning) instead of refusing it (TokenizerSpecError).
       backend: WordPiece backend ("tensorflow_text" or "tokenizers"); default: the former
         where it imports.
       flag: the name of the casing flag, for the error message.
+      check_dictionary: False where text is not split (ids only: dynamic masking).
 
     Returns:
       A FullTokenizer with `.spec`.
     """
-    spec = tokenizer_spec.read_spec(vocab_file)
-    if spec is None:
-        spec = google_spec(True if do_lower_case is None else do_lower_case)
-    else:
-        spec = tokenizer_spec.resolve_casing(spec, vocab_file, do_lower_case, flag)
-        from bert_tf.data.word_splitters import check_dictionary
-
-        check_dictionary(spec, f"--vocab_file={vocab_file} (tokenizer spec "
-                               f"{tokenizer_spec.spec_path(vocab_file)})",
-                         allow_dictionary_mismatch)
+    spec = resolve_spec(vocab_file, do_lower_case, allow_dictionary_mismatch, flag,
+                        check_dictionary)
     return FullTokenizer(vocab_file, backend=backend, spec=spec)
 
 

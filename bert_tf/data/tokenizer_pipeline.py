@@ -8,12 +8,12 @@ against 1.5 for the same work in `tokenizers` (../shared/notes/japanese-korean-b
 
 import dataclasses
 import functools
-import os
 
 import numpy as np
 
 from bert_tf.data import subword_models
 from bert_tf.data.normalization import Normalizer, normalize_text
+from bert_tf.data.tokenizer_spec import sentencepiece_model_file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +58,8 @@ class Pipeline:
             return subword_models.WordPieceModel(self.tokens, self.backend)
         if kind == "character":
             return subword_models.CharacterModel(self.vocab)
-        directory = os.path.dirname(os.path.abspath(self.vocab_file))
         return subword_models.SentencePieceModel(
-            os.path.join(directory, self.spec.sentencepiece_model))
+            sentencepiece_model_file(self.spec, self.vocab_file))
 
     @functools.cached_property
     def _google_fused(self):

@@ -26,7 +26,12 @@ WORD_TOKENIZER_TYPES = ("bert", "mecab", "mecab-ko", "none")
 NORMALIZATIONS = ("none", "nfkc")
 
 
-class TokenizerSpecError(ValueError):
+class VocabError(ValueError):
+    """The vocabulary file is missing, unreadable or lacks a special token, or its tokenizer
+    cannot be set up (every command reports these as a usage error)."""
+
+
+class TokenizerSpecError(VocabError):
     """A spec file is unreadable or invalid, or contradicts a flag or the installed dictionary."""
 
 
@@ -70,9 +75,9 @@ class TokenizerSpec:
             raise TokenizerSpecError(f"{where}: word_tokenizer_type={self.word_tokenizer_type} "
                                      "needs a dictionary (package, version, sha256)")
         sentencepiece = self.subword_tokenizer_type == "sentencepiece"
-        if sentencepiece != (self.sentencepiece_model is not None):
-            raise TokenizerSpecError(f"{where}: sentencepiece_model is required with, and only "
-                                     "with, subword_tokenizer_type=sentencepiece")
+        if self.sentencepiece_model is not None and not sentencepiece:
+            raise TokenizerSpecError(f"{where}: sentencepiece_model is only for "
+                                     "subword_tokenizer_type=sentencepiece")
         if sentencepiece and self.word_tokenizer_type != "none":
             raise TokenizerSpecError(f"{where}: sentencepiece splits words itself; use "
                                      "word_tokenizer_type=none")
@@ -99,7 +104,11 @@ class TokenizerSpec:
                 values["dictionary"] = Dictionary(**values["dictionary"])
             except TypeError as e:
                 raise TokenizerSpecError(f"{where}: bad dictionary entry ({e})") from None
-        return cls(**values).validate(where)
+        spec = cls(**values).validate(where)
+        if spec.subword_tokenizer_type == "sentencepiece" and not spec.sentencepiece_model:
+            raise TokenizerSpecError(f"{where}: subword_tokenizer_type=sentencepiece needs "
+                                     "sentencepiece_model (the model file beside the vocab)")
+        return spec
 
 
 def spec_path(vocab_file):
@@ -133,7 +142,20 @@ def read_spec(vocab_file):
         raise TokenizerSpecError(f"tokenizer spec {path} was written for another vocab than "
                                  f"--vocab_file={vocab_file} (sha256 differs); keep each vocab "
                                  "with its own spec (build_vocab writes both)")
+    if spec.sentencepiece_model:
+        model = sentencepiece_model_file(spec, vocab_file)
+        if not os.path.isfile(model) or (spec.sentencepiece_model_sha256 and file_sha256(model)
+                                         != spec.sentencepiece_model_sha256):
+            raise TokenizerSpecError(f"tokenizer spec {path} needs the SentencePiece model "
+                                     f"{model} it was written with (missing or changed); keep "
+                                     "it beside the vocab")
     return spec
+
+
+def sentencepiece_model_file(spec, vocab_file):
+    """The SentencePiece model a spec names: beside the vocab."""
+    return os.path.join(os.path.dirname(os.path.abspath(str(vocab_file))),
+                        spec.sentencepiece_model)
 
 
 def write_spec(spec, vocab_file):
@@ -158,3 +180,39 @@ def resolve_casing(spec, vocab_file, do_lower_case, flag="--do_lower_case"):
         f"{flag}={value} contradicts {spec_path(vocab_file)}, which says do_lower_case="
         f"{str(spec.do_lower_case).lower()} for --vocab_file={vocab_file}; drop {flag} (the "
         "spec decides), or build a vocab with the casing you want")
+
+
+# build_vocab --tokenizer=NAME: (subword, word splitter, normalisation, cased) of each recipe.
+PRESETS = {
+    # Google's BERT: its BasicTokenizer and WordPiece, uncased by default.
+    "bert": ("wordpiece", "bert", "none", True),
+    # cl-tohoku/bert-japanese v3: NFKC, cased, MeCab (unidic-lite) words, then WordPiece.
+    "mecab": ("wordpiece", "mecab", "nfkc", False),
+    # cl-tohoku's character-level variant: MeCab words, one piece per character.
+    "character": ("character", "mecab", "nfkc", False),
+    # KLUE-BERT: Mecab-ko morphemes, then WordPiece, cased; the text as it is (klue/bert-base's
+    # tokenizer_config has no normalisation).
+    "mecab-ko": ("wordpiece", "mecab-ko", "none", False),
+    # KoBERT / ALBERT: a SentencePiece unigram model over NFKC text (SentencePiece's nmt_nfkc).
+    "sentencepiece": ("sentencepiece", "none", "nfkc", False),
+}
+
+
+def preset_spec(name, do_lower_case=None, strip_accents=None, normalization=None,
+                tokenize_chinese_chars=None):
+    """The spec of a PRESETS recipe; a None argument takes the recipe's value (accent
+    stripping follows lower-casing in Google's recipe and is off in the others, as in
+    cl-tohoku's; CJK ideographs are split one per word only in Google's).
+
+    The dictionary is left None: the caller records the installed one."""
+    if name not in PRESETS:
+        raise TokenizerSpecError(f"--tokenizer={name} is not one of {', '.join(PRESETS)}")
+    subword, splitter, default_normalization, default_lower = PRESETS[name]
+    lower = default_lower if do_lower_case is None else do_lower_case
+    return TokenizerSpec(
+        subword_tokenizer_type=subword, word_tokenizer_type=splitter,
+        normalization=normalization or default_normalization, do_lower_case=lower,
+        strip_accents=(lower if name == "bert" else False) if strip_accents is None
+        else strip_accents,
+        tokenize_chinese_chars=(name == "bert") if tokenize_chinese_chars is None
+        else tokenize_chinese_chars)

@@ -21,7 +21,7 @@ import sys
 import unicodedata
 
 from bert_tf.data.normalization import CJK_RANGES, splits_word
-from bert_tf.data.tokenizer_spec import Dictionary, TokenizerSpecError
+from bert_tf.data.tokenizer_spec import Dictionary, TokenizerSpecError, VocabError
 
 # Package that ships each splitter's dictionary, and the import that finds its directory.
 DICTIONARY_PACKAGES = {"mecab": "unidic-lite", "mecab-ko": "python-mecab-ko-dic"}
@@ -29,8 +29,9 @@ DICTIONARY_PACKAGES = {"mecab": "unidic-lite", "mecab-ko": "python-mecab-ko-dic"
 _DICTIONARY_FILES = ("char.bin", "dicrc", "matrix.bin", "sys.dic", "unk.dic")
 
 
-class WordSplitterError(RuntimeError):
-    """A splitter's package or dictionary is missing."""
+class WordSplitterError(VocabError):
+    """A splitter's package or dictionary is missing, or it returned something not in the
+    text."""
 
 
 def _import_error(package, error):

@@ -9,6 +9,7 @@ import re
 from absl import flags
 
 import bert_tf
+from bert_tf.data import shared_flags
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class PretrainingConfig:
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
     dynamic_masking: bool = False
+    do_whole_word_mask: bool = False  # with dynamic_masking: words of the vocab's splitter
     vocab_file: str = ""
     num_train_steps: int = 100_000
     num_warmup_steps: int = 10_000
@@ -104,6 +106,9 @@ class PretrainingConfig:
         if self.dynamic_masking and not self.vocab_file:
             _fail("vocab_file", "is required with --dynamic_masking (the vocab the data was made "
                   "with: [MASK] and the random replacement tokens come from it)")
+        if self.do_whole_word_mask and not self.dynamic_masking:
+            _fail("do_whole_word_mask", "needs --dynamic_masking: masked records were masked when "
+                  "they were written (create_pretraining_data.py --do_whole_word_mask)")
 
     def _validate_sizes(self) -> None:
         for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
@@ -261,6 +266,7 @@ def define_pretraining_flags() -> None:
                       "Choose the masked positions anew at every step (RoBERTa style) on "
                       "unmasked records from create_pretraining_data.py --dynamic_masking. "
                       "Needs --vocab_file.")
+    shared_flags.define_whole_word_mask_flag(d)
     _define_schedule_flags(d)
     flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"],
                          "Maximum eval batches per rank.")

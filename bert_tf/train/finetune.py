@@ -26,7 +26,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from bert_tf.data import ner, tasks
+from bert_tf.data import ner, tasks, tokenization
 from bert_tf.data.conllu import ConlluError
 from bert_tf.data.tokenization import FullTokenizer
 from bert_tf.model import checkpoints
@@ -109,7 +109,8 @@ def run(config: FinetuningConfig) -> dict:
         else:
             _initialise(state, config, report)
             distributed.broadcast_variables(list(state.checkpoint_variables().values()))
-        summary = {"task_name": config.task_name, "labels": data.label_names}
+        summary = {"task_name": config.task_name, "labels": data.label_names,
+                   "tokenizer_spec": tokenizer.spec.to_json()}
         if config.do_train:
             summary["train"] = train(state, config, data, report)
             if summary["train"]["stopped_by"]:
@@ -297,8 +298,10 @@ def table_row(config: FinetuningConfig, summary: dict) -> str:
 
 
 def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:
-    """The tokenizer of --vocab_file, checked against the model's vocab size."""
-    tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+    """The tokenizer of --vocab_file (as its tokenizer spec says), checked against the model's
+    vocab size."""
+    tokenizer = tokenization.load_tokenizer(config.vocab_file, config.do_lower_case,
+                                            config.allow_dictionary_mismatch)
     if tokenizer.vocab_size != vocab_size:
         raise FinetuningConfigError(
             f"--vocab_file={config.vocab_file} has {tokenizer.vocab_size} tokens but "

@@ -7,6 +7,7 @@ import dataclasses
 from absl import flags
 
 import bert_tf
+from bert_tf.data import shared_flags
 from bert_tf.data.tasks import TASK_NAMES
 from bert_tf.train.config import PRECISIONS, define_common_training_flags
 
@@ -23,7 +24,8 @@ class FinetuningConfig:
     vocab_file: str
     output_dir: str
     init_checkpoint: str = ""
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     max_seq_length: int = 128
     train_batch_size: int = 32
     eval_batch_size: int = 64
@@ -116,8 +118,7 @@ def define_finetuning_flags() -> None:
     flags.DEFINE_bool("ner_lenient_tags", d["ner_lenient_tags"],
                       "--task_name=ner: read an I-X that continues no X as B-X (conlleval) "
                       "instead of refusing the file.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case the text (uncased models).")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_float("num_train_epochs", d["num_train_epochs"],
                        "Passes over the training data.")
     flags.DEFINE_float("warmup_proportion", d["warmup_proportion"],

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from bert_tf.data.files import InputDataError
-from bert_tf.data.tokenization import VocabError
+from bert_tf.data.tokenization import VocabError, resolve_spec
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import (
@@ -130,6 +130,9 @@ def run(config: PretrainingConfig) -> dict:
                              broadcast=not config.elastic)
         if report.enabled:
             bert_config.to_json_file(f"{config.output_dir}/bert_config.json")
+        if config.vocab_file:  # how the data's text was tokenized, beside the checkpoints
+            report.summary("tokenizer_spec", resolve_spec(config.vocab_file,
+                                                          check_dictionary=False).to_json())
 
         summary = {}
         if config.do_train:

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from bert_tf.data import input_pipeline, records
 from bert_tf.data.files import InputDataError, expand_patterns
-from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.data.tokenization import load_tokenizer
 from bert_tf.model.config import BertConfig
 from bert_tf.train import distributed, faults, precision
 from bert_tf.train.config import PretrainingConfig
@@ -58,15 +58,18 @@ def load_bert_config(path: str, max_seq_length: int) -> BertConfig:
 
 def load_dynamic_masking(config: PretrainingConfig,
                          bert_config: BertConfig) -> input_pipeline.DynamicMasking:
-    """[MASK], the special ids and the random-token range from --vocab_file."""
-    tokenizer = FullTokenizer(config.vocab_file)
+    """[MASK], the special ids, the random-token range and (--do_whole_word_mask) the
+    word-initial ids from --vocab_file and its tokenizer spec (the records are already
+    tokenized: its word splitter's dictionary is not needed)."""
+    tokenizer = load_tokenizer(config.vocab_file, check_dictionary=False)
     if tokenizer.vocab_size != bert_config.vocab_size:
         raise TrainingError(
             f"--vocab_file={config.vocab_file} has {tokenizer.vocab_size} tokens but vocab_size "
             f"is {bert_config.vocab_size} in --bert_config_file={config.bert_config_file}; "
             "--dynamic_masking needs the vocab file the data was made with and the "
             "bert_config.json made for it")
-    return input_pipeline.DynamicMasking.from_tokenizer(tokenizer)
+    return input_pipeline.DynamicMasking.from_tokenizer(
+        tokenizer, whole_word=config.do_whole_word_mask)
 
 
 def validated_files(config: PretrainingConfig, flag: str, bert_config: BertConfig) -> list[str]:
