@@ -1,16 +1,17 @@
 """A model exported with `convert tf_to_hf` carries its tokenizer: transformers' AutoTokenizer,
 loading the exported directory in a fresh process, gives the ids bert_tf gives on held-out
-Japanese (MeCab + WordPiece: BertJapaneseTokenizer) and Korean (Mecab-ko + WordPiece: the shipped
-remote-code class) sentences. The vocabs are learned by build_vocab from the first 90% of the
-shared corpora; the sentences come from the last 10%."""
+Japanese (MeCab + WordPiece: BertJapaneseTokenizer) and Korean (Mecab-ko + WordPiece, and
+SentencePiece: the shipped remote-code classes) lines. The vocabs are learned by build_vocab from
+the first 90% of the shared corpora; the lines come from the last 10%."""
 
 import json
 import sys
 
 import pytest
 import tensorflow as tf
-from conftest import PYTHON, run_command
+from conftest import run_command
 
+from bert_tf.data import build_vocab
 from bert_tf.data.tokenization import load_tokenizer
 from bert_tf.model.checkpoints import save_checkpoint
 from bert_tf.model.config import BertConfig
@@ -18,8 +19,9 @@ from bert_tf.model.convert import variables_by_name
 from bert_tf.model.modeling import BertForPreTraining
 from bert_tf.tools.convert import main
 
-CORPORA = {"ja": ("corpora/ja/debian-reference.ja.txt", "mecab"),
-           "ko": ("corpora/ko/installation-guide.ko.txt", "mecab-ko")}
+CORPORA = {"ja": "corpora/ja/debian-reference.ja.txt", "ko": "corpora/ko/installation-guide.ko.txt"}
+EXPORTED_CLASS = {"mecab": "BertJapaneseTokenizer", "mecab-ko": "BertMecabKoTokenizer",
+                  "sentencepiece": "BertSentencePieceTokenizer"}
 HELD_OUT_SENTENCES = 40
 READ_IDS = """
 import json, sys
@@ -39,16 +41,18 @@ def held_out_lines(text: str) -> tuple[str, list[str]]:
     return "\n".join(lines[:cut]), rest[:HELD_OUT_SENTENCES]
 
 
-@pytest.mark.parametrize("lang", ["ja", "ko"])
-def test_exported_tokenizer_gives_bert_tf_ids_in_transformers(lang, shared_data, tmp_path):
-    corpus, tokenizer_name = CORPORA[lang]
-    train_text, sentences = held_out_lines((shared_data / corpus).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("lang, tokenizer_name", [("ja", "mecab"), ("ko", "mecab-ko"),
+                                                  ("ko", "sentencepiece")])
+def test_exported_tokenizer_gives_bert_tf_ids_in_transformers(lang, tokenizer_name, shared_data,
+                                                              tmp_path):
+    train_text, sentences = held_out_lines(
+        (shared_data / CORPORA[lang]).read_text(encoding="utf-8"))
     (tmp_path / "train.txt").write_text(train_text, encoding="utf-8")
     vocab = tmp_path / "model" / "vocab.txt"
     vocab.parent.mkdir()
-    run_command([PYTHON, "-m", "bert_tf", "build_vocab", f"--input_files={tmp_path / 'train.txt'}",
-                 f"--vocab_file={vocab}", "--vocab_size=3000", f"--tokenizer={tokenizer_name}",
-                 "--max_unique_chars=3000"])
+    build_vocab.run(build_vocab.BuildVocabConfig(
+        str(tmp_path / "train.txt"), str(vocab), vocab_size=3000, tokenizer=tokenizer_name,
+        max_unique_chars=3000))
     ours = load_tokenizer(str(vocab))
     config = BertConfig(vocab_size=ours.vocab_size, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32)
@@ -61,7 +65,7 @@ def test_exported_tokenizer_gives_bert_tf_ids_in_transformers(lang, shared_data,
     proc = run_command([sys.executable, "-c", READ_IDS, exported, tmp_path / "texts.json"],
                        cwd=tmp_path)  # a fresh process that never imports bert_tf
     theirs = json.loads(proc.stdout.strip().split("\n")[-1])
-    assert theirs["class"] == {"ja": "BertJapaneseTokenizer", "ko": "BertMecabKoTokenizer"}[lang]
+    assert theirs["class"] == EXPORTED_CLASS[tokenizer_name]
     expected = [[ours.cls_id, *ours.tokenize_ids(t), ours.sep_id] for t in sentences]
     assert len(sentences) == HELD_OUT_SENTENCES
     assert sum(len(ids) for ids in expected) > 20 * HELD_OUT_SENTENCES
