@@ -6,7 +6,8 @@ pretrained on the same text with each tokenizer, then fine-tuned on NER by cross
             WordPiece, whole-word masking by `##`;
   - mecab:  MeCab words (ja: fugashi + unidic-lite; ko: python-mecab-ko) then WordPiece,
             whole-word masking by those words;
-  - sentencepiece: a unigram SentencePiece model;
+  - sentencepiece: a unigram SentencePiece model, masking pieces (not whole "words": in
+            Japanese those are whole sentences);
   - random: no pretraining (the mecab vocab), the baseline every pretrained row must beat.
 Japanese: ../shared/data/corpora/ja prose; NER on the 500 hironsancorpus sentences.
 Korean: ../shared/data/corpora/ko prose plus the running text of the KLUE-NER sentences outside
@@ -57,6 +58,12 @@ VOCAB_FLAGS = {
     "mecab": lambda splitter: [f"--tokenizer={splitter}", "--max_unique_chars=6000"],
     "sentencepiece": lambda splitter: ["--tokenizer=sentencepiece"],
 }
+# Whole-word masking by the splitter's words for today's split (Google's `##` rule) and MeCab;
+# none for SentencePiece: its words are the text between spaces, so in Japanese a whole sentence
+# is one "word", longer than the masked positions of a sequence, and whole sequences went
+# unmasked.
+WHOLE_WORD_MASKING = {"today": ["--do_whole_word_mask"], "mecab": ["--do_whole_word_mask"],
+                      "sentencepiece": []}
 INITS = ("today", "mecab", "sentencepiece", "random")
 VOCAB_SIZE = 8000  # the demo's
 # Fine-tuning: the peak learning rate pretraining_pays.py found for tagging with this model
@@ -158,7 +165,7 @@ def prepare(lang, tokenizer, corpus: Path, args, work: Path) -> dict:
                 f"--output_file={out / 'data' / (split + '-{shard:05d}.tfrecord')}",
                 f"--vocab_file={vocab}", f"--max_seq_length={args.max_seq_length}",
                 f"--max_predictions_per_seq={predictions_per_seq(args)}",
-                "--nodo_lower_case", "--masked_lm_prob=0.15", "--do_whole_word_mask",
+                "--nodo_lower_case", "--masked_lm_prob=0.15", *WHOLE_WORD_MASKING[tokenizer],
                 f"--dupe_factor={dupe}",
                 "--random_seed=12345", "--noprogress"], log_file=out / f"{split}-records.log")
     return {"dir": out, "vocab": str(vocab), "records": records,
