@@ -248,7 +248,31 @@ def summarise(results: dict) -> list[dict]:
     return rows
 
 
-def markdown(args, rows, results) -> str:
+def boundary_counts(args) -> list[dict]:
+    """Per language and tokenizer (its vocab), over every NER sentence: gold entities with a
+    boundary inside a piece (no tagging can get them exactly right), and pieces per character."""
+    from bert_tf.data.tokenization import load_tokenizer
+
+    rows = []
+    for lang in args.languages:
+        sentences = ner.read_ner_file(str(LANGUAGES[lang]["ner"]), lenient=True)
+        for tokenizer in args.tokenizers:
+            vocab = args.work_dir / lang / tokenizer / "vocab.txt"
+            if not vocab.exists():
+                continue
+            tokenize = load_tokenizer(str(vocab), do_lower_case=False).tokenize_with_offsets
+            pieces = [tokenize(s.text) for s in sentences]
+            cut = sum(ner.align(s, p).boundaries_inside for s, p in zip(sentences, pieces,
+                                                                        strict=True))
+            rows.append({"language": lang, "tokenizer": tokenizer,
+                         "entities": sum(len(ner.entities(s.tags)) for s in sentences),
+                         "boundary_inside_piece": cut,
+                         "pieces_per_char": sum(map(len, pieces))
+                         / sum(len(s.text) for s in sentences)})
+    return rows
+
+
+def markdown(args, rows, results, cuts=()) -> str:
     def pct(value):
         return None if value is None else 100 * value
 
@@ -259,14 +283,18 @@ def markdown(args, rows, results) -> str:
           pct(r.get("vs_today")), pct(r.get("vs_today_sd")), r.get("vs_today_wins"),
           pct(r.get("vs_random")), pct(r.get("vs_random_sd")), r.get("vs_random_wins")]
          for r in rows])
-    cuts = sorted({(lang, init, run.get("boundary_inside_log", ""))
-                   for (lang, init), runs in results.items() for run in runs.values()})
-    return (f"# NER entity F1 by tokenizer: {args.folds} of {args.num_folds} folds x "
+    text = (f"# NER entity F1 by tokenizer: {args.folds} of {args.num_folds} folds x "
             f"{args.seeds} seed(s), {args.num_train_steps} pretraining updates of 64 sequences of "
             f"{args.max_seq_length} pieces, L2 H128 (the demo's model); majority baseline (all O) "
-            f"F1 = 0\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`\n\n{table}\n\n"
-            "Gold test entities with a boundary inside a piece (per run):\n\n"
-            + "\n".join(f"- {lang} {init}: {cut}" for lang, init, cut in cuts if cut))
+            f"F1 = 0\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`\n\n{table}\n")
+    if cuts:
+        text += "\nEvery NER sentence through each tokenizer:\n\n" + common.markdown_table(
+            ["language", "tokenizer", "gold entities", "with a boundary inside a piece", "%",
+             "pieces per character"],
+            [[c["language"], c["tokenizer"], c["entities"], c["boundary_inside_piece"],
+              100 * c["boundary_inside_piece"] / c["entities"], c["pieces_per_char"]]
+             for c in cuts]) + "\n"
+    return text
 
 
 def run_language(lang, args, pool) -> dict:
@@ -305,6 +333,10 @@ def main():
                       "rows": rows}
             paths = common.write_results(f"languages_{args.name}", record,
                                          markdown(args, rows, results))
+        cuts = boundary_counts(args)
+        record["boundaries"] = cuts
+        paths = common.write_results(f"languages_{args.name}", record,
+                                     markdown(args, rows, results, cuts))
     print(paths[1].read_text())
 
 
