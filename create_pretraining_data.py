@@ -63,6 +63,8 @@ def define_flags():
 def run(config: CreatePretrainingDataConfig) -> int:
     """Writes the records and prints their summary; returns the exit status (128 + the signal
     when interrupted). PretrainingDataError, VocabError on bad input."""
+    # Also when this process makes the records itself (--num_workers=1, or one input file).
+    workers.hide_gpus()
     try:
         with workers.interruptible():
             summary = pretraining_data.create_pretraining_data(

@@ -15,13 +15,17 @@ text (bench/README.md has the commands). Figures, per vocab:
   (bert_tf.data.masking, 3 passes), the share masked whole; dyn_wwm_units: the same with the
   in-graph dynamic masking (input_pipeline.apply_dynamic_masking);
 - lowercase_kana_hangul_changed: kana/Hangul characters changed by --do_lower_case's
-  normalisation (Google's rule, before and after bert_tf's fix).
+  normalisation (Google's rule, before and after bert_tf's fix);
+- chars/CPU-s: tokenize_words_batch (create_pretraining_data's call) over the held-out text,
+  median of 3 rounds, modes interleaved; CPU time of the process (all its threads).
 """
 
 import argparse
 import collections
 import dataclasses
 import re
+import statistics
+import time
 import unicodedata
 
 import numpy as np
@@ -161,13 +165,27 @@ class Row:
     wwm_units: float
     dyn_wwm_units: float
     unk: float
+    chars_per_cpu_second: float = 0.0
+
+
+def tokenizing_speed(rows, tokenizers, lines, rounds=3):
+    """Sets each row's chars_per_cpu_second (rounds interleaved over the modes)."""
+    seconds = [[] for _ in rows]
+    for _ in range(rounds):
+        for i, tokenizer in enumerate(tokenizers):
+            started = time.process_time()
+            tokenizer.tokenize_words_batch(lines)
+            seconds[i].append(time.process_time() - started)
+    for row, times in zip(rows, seconds, strict=True):
+        row.chars_per_cpu_second = sum(map(len, lines)) / max(statistics.median(times), 1e-9)
 
 
 def measure(language, vocabs, lines, splitter_name, tagger):
     words = reference_words(lines, splitter_name)
-    rows = []
+    rows, tokenizers = [], []
     for mode, vocab in vocabs:
         tokenizer = load_tokenizer(vocab)
+        tokenizers.append(tokenizer)
         pieces = [tokenizer.tokenize_with_offsets(line) for line in lines]
         num_pieces = sum(map(len, pieces))
         rows.append(Row(language, mode, tokenizer.vocab_size,
@@ -176,10 +194,11 @@ def measure(language, vocabs, lines, splitter_name, tagger):
                         masked_whole_share(lines, tokenizer, words, dynamic=False),
                         masked_whole_share(lines, tokenizer, words, dynamic=True),
                         sum(p.id == tokenizer.unk_id for ps in pieces for p in ps) / num_pieces))
-        if language == "ja" and tagger is not None:
+        if language == "ja":
             multi_kanji, particle = vocab_entries(tokenizer, tagger)
             print(f"{language} {mode}: {multi_kanji} multi-kanji entries, {len(particle)} "
                   f"noun+particle entries (MeCab reading each alone), e.g. {particle[:8]}")
+    tokenizing_speed(rows, tokenizers, lines)
     return rows
 
 
@@ -205,12 +224,12 @@ def main():
         pairs = [v.split(":", 1) for v in vocabs.split(",")]
         rows += measure(language, pairs, lines, splitter, tagger)
     print("| lang | mode | vocab | pieces/char | pieces crossing a word | multi-piece words "
-          "masked whole (static) | (dynamic) | [UNK] |")
-    print("|---|---|---|---|---|---|---|---|")
+          "masked whole (static) | (dynamic) | [UNK] | M chars/CPU-s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.language} | {r.mode} | {r.vocab_size} | {r.pieces_per_char:.3f} | "
               f"{100 * r.crossing:.2f}% | {100 * r.wwm_units:.1f}% | {100 * r.dyn_wwm_units:.1f}% "
-              f"| {100 * r.unk:.2f}% |")
+              f"| {100 * r.unk:.2f}% | {r.chars_per_cpu_second / 1e6:.2f} |")
 
 
 if __name__ == "__main__":

@@ -233,6 +233,8 @@ EXPECTED = {
         'gpu': ('ArgumentParser', None, None),
         'gpus_per_node': ('IntegerParser', None, None),
         'instance': ('ArgumentParser', None, None),
+        # Issue 35: every preset's memory and throughput confidence.
+        'list_gpus': ('BooleanParser', None, False),
         'max_nodes': ('IntegerParser', None, 64),
         'network_gbps': ('FloatParser', None, None),
         'num_accumulation_steps': ('IntegerParser', None, None),

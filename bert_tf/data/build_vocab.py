@@ -36,6 +36,7 @@ import bert_tf
 from bert_tf.data import tokenizer_spec, word_splitters
 from bert_tf.data.files import InputDataError, expand_patterns, read_text
 from bert_tf.data.normalization import MAX_CHARS_PER_WORD, Normalizer
+from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.tokenization import google_spec
 
 LINES_PER_BATCH = 8192
@@ -147,7 +148,11 @@ def alphabet_of(initial_alphabet, input_files, spec):
     return sorted(set(normalizer(text)) - {" "})
 
 
-def _check_size(vocab_size, reserved):
+def _check_size(vocab_size, reserved, **counts):
+    """The flags' numbers: `counts` (name -> value) at least 0, vocab_size room enough."""
+    for flag, value in {"vocab_size": vocab_size, **counts}.items():
+        check_number(flag, value, at_least=1 if flag in ("vocab_size", "max_unique_chars") else 0,
+                     integer=True, error=BuildVocabError)
     if vocab_size <= len(reserved) + 10:
         raise BuildVocabError(f"--vocab_size={vocab_size} leaves no room next to the "
                               f"{len(reserved)} reserved tokens")
@@ -159,8 +164,10 @@ def build_vocab(input_files, vocab_size, do_lower_case=True, num_unused_tokens=0
     tokens (at most vocab_size). spec: how text is split (default: Google's rules with
     do_lower_case); initial_alphabet: see the module docstring."""
     spec = spec or google_spec(do_lower_case)
+    check_number("num_unused_tokens", num_unused_tokens, at_least=0, integer=True,
+                 error=BuildVocabError)
     reserved = reserved_tokens(num_unused_tokens)
-    _check_size(vocab_size, reserved)
+    _check_size(vocab_size, reserved, min_count=min_count, max_unique_chars=max_unique_chars)
     alphabet = alphabet_of(initial_alphabet, input_files, spec)
     if spec.subword_tokenizer_type == "character":
         return _character_vocab(input_files, spec, vocab_size, reserved, min_count, alphabet)
@@ -180,6 +187,12 @@ def build_vocab(input_files, vocab_size, do_lower_case=True, num_unused_tokens=0
         raise BuildVocabError(f"no words in {', '.join(map(str, input_files))}; is the input "
                               "empty?")
     assert vocab[:len(reserved)] == reserved, "trainer reordered the reserved tokens"
+    if len(vocab) > vocab_size:  # the trainer keeps every character of the alphabet
+        raise BuildVocabError(
+            f"--vocab_size={vocab_size} is smaller than the input's alphabet: its characters "
+            f"(at a word's start and inside words) and the reserved tokens are already "
+            f"{len(vocab)} tokens; raise --vocab_size well above {len(vocab)} (pieces are "
+            "learned in the room left) or lower --max_unique_chars")
     return vocab
 
 
@@ -207,6 +220,8 @@ def train_sentencepiece(input_files, vocab_size, spec, num_unused_tokens=0):
     that offsets map back to the original text."""
     import sentencepiece
 
+    check_number("num_unused_tokens", num_unused_tokens, at_least=0, integer=True,
+                 error=BuildVocabError)
     reserved = ["[CLS]", "[SEP]", "[MASK]", *[f"[unused{i}]" for i in range(num_unused_tokens)]]
     _check_size(vocab_size, reserved)
     model = io.BytesIO()
@@ -312,17 +327,27 @@ def define_flags():
     flags.mark_flags_as_required(["input_files", "vocab_file"])
 
 
-def input_files(patterns: str) -> list[str]:
+def input_files(patterns: str, vocab_file: str) -> list[str]:
+    """The files of --input_files, less --vocab_file (an earlier vocab matched by the glob
+    would be learned from as text)."""
     try:
-        return expand_patterns(patterns)
+        files = expand_patterns(patterns)
     except InputDataError as e:
         raise BuildVocabError(f"--input_files: {e}") from None
+    kept = [f for f in files if os.path.realpath(f) != os.path.realpath(vocab_file)]
+    if len(kept) < len(files):
+        print(f"build_vocab: note: not reading --vocab_file={vocab_file}, which --input_files "
+              "matches (an earlier vocab is not text to learn from)", file=sys.stderr)
+    if not kept:
+        raise BuildVocabError(f"--input_files={patterns} matches only --vocab_file; name the "
+                              "text files")
+    return kept
 
 
 def run(config: BuildVocabConfig) -> int:
     """Learns the vocab and writes it with its tokenizer spec; BuildVocabError on bad input."""
     spec = config.spec()
-    files = input_files(config.input_files)
+    files = input_files(config.input_files, config.vocab_file)
     if spec.subword_tokenizer_type == "sentencepiece":
         vocab, model = train_sentencepiece(files, config.vocab_size, spec,
                                            config.num_unused_tokens)

@@ -32,8 +32,17 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data import pretraining_data, shard_jobs, shards, shared_flags, wikipedia, workers
+from bert_tf.data import (
+    pretraining_data,
+    shard_jobs,
+    shards,
+    shared_flags,
+    tokenizer_spec,
+    wikipedia,
+    workers,
+)
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
+from bert_tf.data.numeric_flags import check_number
 
 
 class DatasetError(ValueError):
@@ -62,7 +71,7 @@ class DatasetConfig:
         """What the output depends on (not where it goes, nor how many processes make it)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in ("input_files", "output_dir", "vocab_file", "num_workers",
-                             "progress", "allow_dictionary_mismatch", "do_lower_case")} | {"phases": [list(p) for p in self.phases]}
+                             "progress", "allow_dictionary_mismatch")} | {"phases": [list(p) for p in self.phases]}
 
     def instance_config(self, max_seq_length, max_predictions_per_seq):
         return pretraining_data.InstanceConfig(
@@ -77,13 +86,16 @@ def is_dump(path):
 
 
 def expected_manifest(config, input_files, spec):
-    """What the output depends on; `spec`: the vocab's TokenizerSpec (casing included)."""
-    return {
+    """What the output depends on; `spec`: the vocab's TokenizerSpec, recorded when the vocab
+    has a spec file (a Google vocab's manifest stays as it was, so older runs resume)."""
+    expected = {
         "inputs": shards.input_identities(input_files),
-        "settings": config.settings(),
+        "settings": config.settings() | {"do_lower_case": spec.do_lower_case},
         "vocab_sha256": shards.file_sha256(config.vocab_file),
-        "tokenizer_spec": spec.to_json(),
     }
+    if tokenizer_spec.read_spec(config.vocab_file) is not None:
+        expected["tokenizer_spec"] = spec.to_json()
+    return expected
 
 
 # --------------------------------------------------------------------------- stages
@@ -136,10 +148,9 @@ def phase_dir_name(index, max_seq_length):
 
 
 def validate(config):
-    if config.num_workers < 1:
-        raise DatasetError(f"--num_workers={config.num_workers} must be at least 1")
-    if config.shard_mb <= 0:
-        raise DatasetError(f"--shard_mb={config.shard_mb} must be positive")
+    check_number("num_workers", config.num_workers, at_least=1, integer=True,
+                 error=DatasetError)
+    check_number("shard_mb", config.shard_mb, above=0, error=DatasetError)
     for seq, predictions in config.phases:
         config.instance_config(seq, predictions).validate()
     try:
@@ -249,6 +260,8 @@ def run(config: DatasetConfig) -> int:
     """Prepares the dataset and prints its counts; returns the exit status (128 + the signal
     when interrupted). DatasetError, InputDataError, PretrainingDataError, VocabError on bad
     input."""
+    # Also when this process makes the records itself (--num_workers=1, or one input file).
+    workers.hide_gpus()
     try:
         with workers.interruptible():
             manifest = prepare_dataset(config)

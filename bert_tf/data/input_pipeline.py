@@ -192,28 +192,52 @@ def training_records(files, rank, num_ranks, seed, buffer_size, skip_records=0):
     return epochs.flat_map(epoch_records).skip(skip_in_group)
 
 
+class _RecordCounts(dict):
+    """path -> records, counted from the file's headers (records.count_records) when first
+    needed."""
+
+    def __missing__(self, path):
+        self[path] = count_records(path)
+        return self[path]
+
+
 def group_sizes(layout: RecordLayout, seed, epoch, file_records: dict) -> list[int]:
     """The records this rank reads from each group of epoch `epoch`, given the records of
     each file."""
-    order = [f.decode() for f in _epoch_order(tf.constant(layout.files), seed, epoch).numpy()]
-    sizes = []
-    for start in range(0, len(order), FILES_PER_GROUP):
-        total = sum(file_records[f] for f in order[start:start + FILES_PER_GROUP])
-        if layout.shard:
-            num_ranks, rank = layout.shard
-            total = len(range(rank, total, num_ranks))
-        sizes.append(total)
-    return sizes
+    order = _order_of(layout, seed, epoch)
+    return [_group_size(layout, order, group, file_records) for group in range(layout.num_groups)]
+
+
+def _order_of(layout: RecordLayout, seed, epoch) -> list[str]:
+    return [f.decode() for f in _epoch_order(tf.constant(layout.files), seed, epoch).numpy()]
+
+
+def _group_size(layout: RecordLayout, order, group, file_records) -> int:
+    total = sum(file_records[f] for f in order[group * FILES_PER_GROUP:
+                                                (group + 1) * FILES_PER_GROUP])
+    if layout.shard:
+        num_ranks, rank = layout.shard
+        total = len(range(rank, total, num_ranks))
+    return total
 
 
 def resume_point(layout: RecordLayout, seed, skip_records) -> tuple[int, int, int]:
     """(epoch, group, records into that group) at which this rank's stream resumes after
-    `skip_records`; the files' records are counted from their headers, unread."""
+    `skip_records`; the files' records are counted from their headers, unread, and within the
+    first epoch only those of the groups up to the position (a resume early in the data does
+    not read through the rank's whole share)."""
     if not skip_records:
         return 0, 0, 0
-    file_records = {f: count_records(f) for f in layout.files}
+    file_records = _RecordCounts()
+    order, rest = _order_of(layout, seed, 0), skip_records
+    for group in range(layout.num_groups):
+        size = _group_size(layout, order, group, file_records)
+        if rest < size:
+            return 0, group, rest
+        rest -= size
+    # Past the first epoch: every file is counted by now.
     epoch, rest = 0, skip_records
-    total = sum(file_records.values())
+    total = sum(file_records[f] for f in layout.files)
     if layout.shard is None and total:  # whole files: every epoch reads every record once
         epoch, rest = divmod(rest, total)
     sizes = group_sizes(layout, seed, epoch, file_records)

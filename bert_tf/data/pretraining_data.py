@@ -38,6 +38,7 @@ from bert_tf.data.files import (
 )
 from bert_tf.data.instances import assemble_tokens, create_pairs
 from bert_tf.data.masking import choose_masks
+from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.records import feature_lengths, serialize_examples
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
@@ -71,12 +72,10 @@ class InstanceConfig:
             raise PretrainingDataError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} must be between 1 and "
                 f"max_seq_length-3={self.max_seq_length - 3} (the tokens a sequence can mask)")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise PretrainingDataError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1)")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise PretrainingDataError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
-        if self.dupe_factor < 1:
-            raise PretrainingDataError(f"--dupe_factor={self.dupe_factor} must be at least 1")
+        error = PretrainingDataError
+        check_number("masked_lm_prob", self.masked_lm_prob, above=0, below=1, error=error)
+        check_number("short_seq_prob", self.short_seq_prob, at_least=0, at_most=1, error=error)
+        check_number("dupe_factor", self.dupe_factor, at_least=1, integer=True, error=error)
         if self.dynamic_masking and (self.do_whole_word_mask or self.masked_lm_prob != 0.15):
             # The records carry no masks: training chooses them with input_pipeline's
             # DynamicMasking at 15%, so these would be ignored.
@@ -243,6 +242,18 @@ def check_output_dirs(output_files):
             raise PretrainingDataError(str(e)) from e
 
 
+def _check_not_an_input(outputs, input_files, vocab_file) -> None:
+    """An output that is an input file or the vocab would replace it with records."""
+    inputs = {os.path.realpath(p): "--input_file" for p in input_files}
+    inputs[os.path.realpath(vocab_file)] = "--vocab_file"
+    for output in outputs:
+        flag = inputs.get(os.path.realpath(output))
+        if flag:
+            raise PretrainingDataError(f"--output_file={output} is also {flag}: writing records "
+                                       "there would replace that file; choose another "
+                                       "--output_file")
+
+
 def _run_shard(job):
     return process_shard(*job)
 
@@ -273,6 +284,7 @@ def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config,
     if not outputs:
         raise PretrainingDataError("--output_file is empty")
     check_output_dirs(outputs)
+    _check_not_an_input(outputs, input_files, vocab_file)
     targets = assign_parts(len(input_files), len(outputs))
     jobs = [(i, path, [_part_path(outputs[j], i) for j in targets[i]], vocab_file,
              do_lower_case, config, allow_dictionary_mismatch)

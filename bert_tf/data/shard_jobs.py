@@ -23,10 +23,9 @@ def single_threaded_cpu_tensorflow():
     They compute on the CPU: on a GPU node each would otherwise create a context on every GPU,
     and TensorFlow reserve most of their memory. Before the worker's first op: CUDA reads the
     variable when TensorFlow initialises it."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    workers.hide_gpus()
     import tensorflow as tf
 
-    tf.config.set_visible_devices([], "GPU")
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 

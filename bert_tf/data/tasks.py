@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from bert_tf.data import conllu, ner
+from bert_tf.data.files import InputDataError, read_exact_text
 
 SPLITS = ("train", "dev", "test")
 TAGGING_TASKS = ("pos", "ner")
@@ -126,8 +127,11 @@ def task_file(task_name: str, data_dir: str, split: str) -> str:
 def read_tsv(path: str) -> list[list[str]]:
     """Rows of a tab-separated file (no quoting, as Google reads GLUE); every row must have the
     first row's number of columns."""
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").rstrip("\r").split("\t") for line in f if line.strip()]
+    try:
+        text = read_exact_text(path)
+    except InputDataError as e:
+        raise TaskDataError(str(e)) from None
+    rows = [line.rstrip("\r").split("\t") for line in text.split("\n") if line.strip()]
     for number, row in enumerate(rows, 1):
         if len(row) != len(rows[0]):
             raise TaskDataError(f"{path}:{number}: {len(row)} tab-separated columns, but the "

@@ -60,12 +60,26 @@ def load_vocab(vocab_file):
         raise VocabError(f"vocab file {vocab_file} lacks the special token(s) {', '.join(missing)}; "
                          "a BERT vocab needs [PAD] [UNK] [CLS] [SEP] [MASK] (build one with "
                          "python -m bert_tf build_vocab)")
+    if all(t.startswith("[") and t.endswith("]") or not t for t in vocab):
+        raise VocabError(f"vocab file {vocab_file} holds only special tokens ([PAD], [UNK], "
+                         "...), no word pieces to tokenize text with; pass the vocab the model "
+                         "was trained with (or build one with python -m bert_tf build_vocab)")
     return vocab
 
 
 def google_spec(do_lower_case=True):
     """Google's BasicTokenizer + WordPiece: the spec of a vocab without a spec file."""
     return TokenizerSpec(do_lower_case=do_lower_case, strip_accents=do_lower_case)
+
+
+def check_vocab_size(tokenizer, vocab_size, source):
+    """VocabError unless the tokenizer's vocab has the model's `vocab_size` tokens (`source`
+    names where that size comes from, e.g. --bert_config_file=...): a larger vocab gives ids
+    past the embedding table, a smaller one a model that means other words by its ids."""
+    if tokenizer.vocab_size != vocab_size:
+        raise VocabError(f"--vocab_file={tokenizer.vocab_file} has {tokenizer.vocab_size} "
+                         f"tokens but {source} says vocab_size={vocab_size}; use the vocab "
+                         "file the model was pretrained with")
 
 
 def resolve_spec(vocab_file, do_lower_case=None, allow_dictionary_mismatch=False,

@@ -15,9 +15,10 @@ is an error unless allowed explicitly.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
+
+from bert_tf.data.shards import file_sha256
 
 SPEC_FORMAT = "bert_tf-tokenizer-spec"
 SPEC_VERSION = 1
@@ -117,14 +118,6 @@ def spec_path(vocab_file):
     return f"{stem}.tokenizer.json"
 
 
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def read_spec(vocab_file):
     """The spec beside `vocab_file`, or None when there is none (a Google-style vocab)."""
     path = spec_path(vocab_file)
@@ -190,8 +183,8 @@ PRESETS = {
     "mecab": ("wordpiece", "mecab", "nfkc", False),
     # cl-tohoku's character-level variant: MeCab words, one piece per character.
     "character": ("character", "mecab", "nfkc", False),
-    # KLUE-BERT: Mecab-ko morphemes, then WordPiece, cased; the text as it is (klue/bert-base's
-    # tokenizer_config has no normalisation).
+    # KLUE-BERT: Mecab-ko morphemes, then WordPiece, cased, no Unicode normalisation (the
+    # released klue/bert-base tokenizer is a plain cased BertTokenizer).
     "mecab-ko": ("wordpiece", "mecab-ko", "none", False),
     # KoBERT / ALBERT: a SentencePiece unigram model over NFKC text (SentencePiece's nmt_nfkc).
     "sentencepiece": ("sentencepiece", "none", "nfkc", False),

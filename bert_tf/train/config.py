@@ -10,6 +10,7 @@ from absl import flags
 
 import bert_tf
 from bert_tf.data import shared_flags
+from bert_tf.data.numeric_flags import check_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +116,10 @@ class PretrainingConfig:
                      "max_predictions_per_seq", "num_train_steps", "num_accumulation_steps",
                      "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
                      "max_eval_steps", "max_nonfinite_updates"):
-            if getattr(self, name) < 1:
-                _fail(name, f"must be >= 1, got {getattr(self, name)}")
+            check_number(name, getattr(self, name), at_least=1, integer=True,
+                         error=PretrainingConfigError)
+        check_number("num_warmup_steps", self.num_warmup_steps, integer=True,
+                     error=PretrainingConfigError)
         if not 0 <= self.num_warmup_steps <= self.num_train_steps:
             _fail("num_warmup_steps", f"must be in [0, --num_train_steps={self.num_train_steps}], "
                   f"got {self.num_warmup_steps}")
@@ -125,10 +128,13 @@ class PretrainingConfig:
                   f"--max_seq_length ({self.max_seq_length})")
 
     def _validate_optimization(self) -> None:
-        if not 0 < self.learning_rate < float("inf"):  # also refuses nan
-            _fail("learning_rate", f"must be a positive finite number, got {self.learning_rate}")
-        if self.weight_decay_rate < 0:
-            _fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
+        check_number("learning_rate", self.learning_rate, above=0, error=PretrainingConfigError)
+        check_number("weight_decay_rate", self.weight_decay_rate, at_least=0,
+                     error=PretrainingConfigError)
+        check_number("peer_timeout_seconds", self.peer_timeout_seconds, at_least=0,
+                     error=PretrainingConfigError)
+        check_number("time_to_train_sequences", self.time_to_train_sequences, above=0,
+                     error=PretrainingConfigError)
         _check_patterns("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation)
         if self.optimizer_type not in OPTIMIZER_TYPES:
             _fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from bert_tf.data import ner, tasks, tokenization
 from bert_tf.data.conllu import ConlluError
-from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.data.tokenization import FullTokenizer, check_vocab_size
 from bert_tf.model import checkpoints
 from bert_tf.model.tasks import (
     CLASSIFICATION_SUMS,
@@ -302,11 +302,7 @@ def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:
     vocab size."""
     tokenizer = tokenization.load_tokenizer(config.vocab_file, config.do_lower_case,
                                             config.allow_dictionary_mismatch)
-    if tokenizer.vocab_size != vocab_size:
-        raise FinetuningConfigError(
-            f"--vocab_file={config.vocab_file} has {tokenizer.vocab_size} tokens but "
-            f"--bert_config_file={config.bert_config_file} says vocab_size={vocab_size}; use "
-            "the vocab file the model was pretrained with")
+    check_vocab_size(tokenizer, vocab_size, f"--bert_config_file={config.bert_config_file}")
     if config.init_checkpoint:
         _check_checkpoint_vocab(config.init_checkpoint, tokenizer.vocab_size, config.vocab_file)
     return tokenizer

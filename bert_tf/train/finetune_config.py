@@ -8,6 +8,7 @@ from absl import flags
 
 import bert_tf
 from bert_tf.data import shared_flags
+from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.tasks import TASK_NAMES
 from bert_tf.train.config import PRECISIONS, define_common_training_flags
 
@@ -67,26 +68,27 @@ class FinetuningConfig:
                 fail(name, "is required")
         if self.task_name not in TASK_NAMES:
             fail("task_name", f"must be one of {', '.join(TASK_NAMES)}, got {self.task_name!r}")
-        for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps",
-                     "log_every_n_steps", "max_nonfinite_updates"):
-            if getattr(self, name) < 1:
-                fail(name, f"must be >= 1, got {getattr(self, name)}")
-        self._validate_numbers(fail)
-
-    def _validate_numbers(self, fail) -> None:
-        if self.max_seq_length < 3:
-            fail("max_seq_length", f"must be >= 3 ([CLS], a token, [SEP]), got "
-                 f"{self.max_seq_length}")
-        if self.num_train_epochs <= 0:
-            fail("num_train_epochs", f"must be positive, got {self.num_train_epochs}")
-        if not 0 <= self.warmup_proportion < 1:
-            fail("warmup_proportion", f"must be in [0, 1), got {self.warmup_proportion}")
-        if self.learning_rate <= 0:
-            fail("learning_rate", f"must be positive, got {self.learning_rate}")
         if self.precision not in PRECISIONS:
             fail("precision", f"must be one of {', '.join(PRECISIONS)}")
         if min(self.text_a_column, self.label_column) < 0:
             fail("text_a_column", "and --label_column must be >= 0")
+        self._validate_numbers()
+
+    def _validate_numbers(self) -> None:
+        error = FinetuningConfigError
+        for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps",
+                     "log_every_n_steps", "max_nonfinite_updates"):
+            check_number(name, getattr(self, name), at_least=1, integer=True, error=error)
+        # [CLS], a token, [SEP]
+        check_number("max_seq_length", self.max_seq_length, at_least=3, integer=True,
+                     error=error)
+        check_number("num_train_epochs", self.num_train_epochs, above=0, error=error)
+        check_number("warmup_proportion", self.warmup_proportion, at_least=0, below=1,
+                     error=error)
+        check_number("learning_rate", self.learning_rate, above=0, error=error)
+        check_number("weight_decay_rate", self.weight_decay_rate, at_least=0, error=error)
+        check_number("peer_timeout_seconds", self.peer_timeout_seconds, at_least=0,
+                     error=error)
 
     def global_batch_size(self, num_ranks: int) -> int:
         return self.train_batch_size * self.num_accumulation_steps * num_ranks
