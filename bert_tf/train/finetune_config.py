@@ -46,6 +46,7 @@ class FinetuningConfig:
     text_b_column: int = -1
     label_column: int = 1
     tsv_has_header: bool = False
+    ner_lenient_tags: bool = False
     log_every_n_steps: int = 10
     seed: int = 12345
     max_nonfinite_updates: int = 25
@@ -111,9 +112,14 @@ def define_finetuning_flags() -> None:
     d = bert_tf.flag_defaults(FinetuningConfig)
     define_common_training_flags(d)
     flags.DEFINE_enum("task_name", None, TASK_NAMES, "The task: pos (CoNLL-U UPOS tagging), "
-                      "GLUE cola/sst-2/mrpc/mnli, or tsv (see --text_a_column).")
+                      "ner (IOB2 token or KLUE character files), GLUE cola/sst-2/mrpc/mnli, or "
+                      "tsv (see --text_a_column).")
     flags.DEFINE_string("data_dir", None, "Directory with the task's train/dev/test files "
-                        "(train.tsv ... or *train.conllu ...).")
+                        "(train.tsv ... or *train.conllu ...); ner: also one file, its first "
+                        "90% train and last 10% dev and test.")
+    flags.DEFINE_bool("ner_lenient_tags", d["ner_lenient_tags"],
+                      "--task_name=ner: read an I-X that continues no X as B-X (conlleval) "
+                      "instead of refusing the file.")
     shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_float("num_train_epochs", d["num_train_epochs"],
                        "Passes over the training data.")
