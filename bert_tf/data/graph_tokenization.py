@@ -95,7 +95,8 @@ class GraphTokenizer(tf.Module):
         """[B] strings -> [B, (words)] of Google BasicTokenizer's words (whitespace-separated
         runs, each punctuation or CJK character a word of its own), normalised."""
         texts = normalize_text(texts, self.do_lower_case)
-        return tf_text.regex_split(texts, rf"\s|[{SPLIT_CLASS}]", rf"[{SPLIT_CLASS}]")
+        return tf_text.regex_split(texts, rf"[ \x{{2028}}\x{{2029}}]|[{SPLIT_CLASS}]",
+                                   rf"[{SPLIT_CLASS}]")
 
     def tokenize_words(self, words: tf.RaggedTensor) -> tf.RaggedTensor:
         """[B, (words)] strings -> [B, (words), (pieces)] ids; a word with no pieces (only
