@@ -74,6 +74,10 @@ if [[ -n "$PINS" ]]; then
   REQS="$VENV/requirements.txt"
 fi
 "${PIP[@]}" install -r "$REQS" || fail "pip install -r $REQS"
+if [[ -z "$PINS" ]]; then  # export's formats need TF 2.21's Keras (the file says why)
+  "${PIP[@]}" install -r "$REPO/install/requirements-export.txt" \
+    || fail "pip install -r install/requirements-export.txt"
+fi
 echo "setup_env: requirements installed (${SECONDS}s)"
 
 TF_VERSION="$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \
