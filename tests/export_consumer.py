@@ -55,10 +55,11 @@ def keras_hub(kind, path, inputs):
                                     "padding_mask": np.array(inputs["input_mask"]),
                                     "segment_ids": np.array(inputs["input_type_ids"])},
                                    verbose=0)
-        token_ids = tokenizer(inputs["texts"])
+        token_ids = [np.asarray(ids).tolist() for ids in tokenizer(inputs["texts"])]
+        width = max(map(len, token_ids))
         return {"pooled_output": outputs["pooled_output"],
                 "sequence_output": outputs["sequence_output"],
-                "token_ids": token_ids.to_tensor(-1).numpy()}
+                "token_ids": np.array([ids + [-1] * (width - len(ids)) for ids in token_ids])}
     classifier = keras_hub.models.BertTextClassifier.from_preset(path)
     logits = classifier.predict(inputs["texts"], verbose=0)
     classifier.compile(optimizer=keras.optimizers.Adam(1e-4),

@@ -25,6 +25,7 @@ from bert_tf.model.checkpoints import save_checkpoint
 from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
 from bert_tf.tools import export
+from bert_tf.tools.export_savedmodel import ID_INPUTS
 from bert_tf.tools.export_source import ExportError, new_output_dir, resolve_source
 from bert_tf.train import finetune
 from bert_tf.train.finetune_config import FinetuningConfig
@@ -129,7 +130,7 @@ def ours(models, kind, inputs) -> dict:
     """bert_tf's own forward pass on the id inputs."""
     checkpoint = {"encoder": models["pretrained"], "classifier": models["classifier"]}[kind]
     model = resolve_source(str(checkpoint)).build_model()
-    ids = [tf.constant(inputs[name]) for name in export.export_savedmodel.ID_INPUTS]
+    ids = [tf.constant(inputs[name]) for name in ID_INPUTS]
     if kind == "encoder":
         outputs = model(*ids)
         return {"pooled_output": outputs.pooled_output.numpy(),
