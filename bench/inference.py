@@ -114,9 +114,9 @@ def serve_requests(classify, texts) -> None:
 # --------------------------------------------------------------------------- the parent
 
 
-def prepare_models(directory: Path) -> None:
-    """A random BERT-base classifier checkpoint and its savedmodel (XLA off/on) and onnx
-    exports, each made with `python -m bert_tf export`."""
+def prepare_models(directory: Path, rows: list[str]) -> None:
+    """A random BERT-base classifier checkpoint and the exports the rows need (savedmodel with
+    XLA off/on, onnx), each made with `python -m bert_tf export`."""
     import tensorflow as tf
 
     from bert_tf.model.checkpoints import save_checkpoint
@@ -132,6 +132,8 @@ def prepare_models(directory: Path) -> None:
     config.to_json_file(directory / "checkpoint" / "bert_config.json")
     for name, extra in (("savedmodel", []), ("savedmodel_xla", ["--jit_compile"]),
                         ("onnx", [])):
+        if not any(row.replace(" ", "_").replace("onnxruntime", "onnx") == name for row in rows):
+            continue
         fmt = "onnx" if name == "onnx" else "savedmodel"
         subprocess.run([sys.executable, "-m", "bert_tf", "export", f"--format={fmt}",
                         f"--checkpoint={directory / 'checkpoint'}", f"--vocab_file={VOCAB}",
@@ -206,7 +208,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         models, texts_file = Path(tmp), Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(passages()))
-        prepare_models(models)
+        prepare_models(models, rows)
         workers = [Worker(row, models, texts_file) for row in rows]
         timings = {(row, b): [] for row in rows for b in BATCHES}
         for _ in range(args.rounds):
