@@ -69,7 +69,8 @@ def load_row(row: str, models: Path):
     if row == "bert_tf predict":
         from bert_tf.tools.export_source import resolve_source
 
-        model = resolve_source(str(models / "checkpoint"), labels=["a", "b"]).build_model()
+        model = resolve_source(str(models / "checkpoint"), vocab_file=str(VOCAB),
+                               labels=["a", "b"]).build_model()
         predict = tf.function(lambda f: tf.argmax(model(f), -1, output_type=tf.int32))
         return lambda texts: predict(ids(texts)).numpy()
     if row.startswith("savedmodel"):
