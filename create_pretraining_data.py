@@ -16,7 +16,8 @@ class CreatePretrainingDataConfig:
     input_file: str  # comma-separated files or globs
     output_file: str  # comma-separated, or one name with a {shard} field
     vocab_file: str
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     do_whole_word_mask: bool = False
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
@@ -62,12 +63,15 @@ def define_flags():
 def run(config: CreatePretrainingDataConfig) -> int:
     """Writes the records and prints their summary; returns the exit status (128 + the signal
     when interrupted). PretrainingDataError, VocabError on bad input."""
+    # Also when this process makes the records itself (--num_workers=1, or one input file).
+    workers.hide_gpus()
     try:
         with workers.interruptible():
             summary = pretraining_data.create_pretraining_data(
                 config.input_file, config.output_file, config.vocab_file, config.do_lower_case,
                 config.instance_config(), num_workers=config.num_workers,
-                progress=config.progress)
+                progress=config.progress,
+                allow_dictionary_mismatch=config.allow_dictionary_mismatch)
     except workers.Interrupted as e:
         print(f"create_pretraining_data: {e}: workers stopped, temporary files removed, no "
               "output written; rerun the command to start again", file=sys.stderr)

@@ -9,6 +9,7 @@ performance tables for TensorFlow (DeepLearningExamples at 729963dd, 2024-04-04)
     .venv/bin/python bench/estimate_vs_published.py --fit      # refit performance.py's constants
     .venv/bin/python bench/estimate_vs_published.py --holdout=TF2  # fit on TF1, check on TF2
     .venv/bin/python bench/estimate_vs_published.py --time_to_train  # whole runs, held out
+    .venv/bin/python bench/estimate_vs_published.py --gpus     # each GPU preset's coverage
 
 Every row is predicted from the GPU preset, the node's links and the row's own settings
 (sequence length, per-GPU batch, accumulation, precision; XLA on as both scripts run it;
@@ -224,6 +225,84 @@ def predict(row: Row) -> float:
     return performance.step_time(workload, cluster, row.accumulation).sequences_per_second
 
 
+# NVIDIA's BERT-large SQuAD inference (seq 384, batch 8) in one README and container
+# (TensorFlow 20.06-py3), the only published BERT figures that put a T4 beside a V100:
+# TF1 README lines. readme:line preset precision sentences/s
+INFERENCE = """
+TF1:987 v100-16gb fp16 148.57
+TF1:1033 v100-32gb fp16 143.02
+TF1:1080 v100-32gb fp16 151.81
+TF1:1189 t4 fp16 38.29
+TF1:996 v100-16gb fp32 41.32
+TF1:1042 v100-32gb fp32 42.37
+TF1:1089 v100-32gb fp32 44.64
+TF1:1198 t4 fp32 9.75
+"""
+
+
+def fraction_of_peak(preset, precision):
+    """Mean published inference sentences/s over the preset's matmul peak (the forward FLOPs
+    per sentence are the same for every row, so they cancel in a ratio)."""
+    rates = [float(rate) for line in INFERENCE.strip().splitlines()
+             for _, name, p, rate in [line.split()] if name == preset and p == precision]
+    return sum(rates) / len(rates) / GPUS[preset].peak_tflops(precision)
+
+
+def published_t4_ratio(precision):
+    """NVIDIA's T4 / V100-32GB BERT-large inference throughput (mean of the V100 rows)."""
+    return (fraction_of_peak("t4", precision) * GPUS["t4"].peak_tflops(precision)
+            / fraction_of_peak("v100-32gb", precision) / GPUS["v100-32gb"].peak_tflops(precision))
+
+
+def training_ratio(gpu, over="v100-32gb", precision="fp16"):
+    """The estimate's one-GPU BERT-large phase-1 throughput on `gpu` over `over` (batch 32)."""
+    w = performance.Workload(model_size.MODEL_PRESETS["large"], 128, 20, 32, precision)
+    return (performance.micro_step_seconds(w, GPUS[over])
+            / performance.micro_step_seconds(w, GPUS[gpu]))
+
+
+def fit_turing():
+    """Turing's efficiencies: those at which the estimate's T4 / V100 training ratio equals
+    NVIDIA's published T4 / V100 inference ratio (bisection; an upper bound, as batch 8
+    fills a T4 better than a V100)."""
+    for unit, precision in (("half", "fp16"), ("fp32", "fp32")):
+        low, high = 0.01, 1.0
+        while high - low > 1e-5:
+            performance.COMPUTE_EFFICIENCY[f"turing-{unit}"] = (low + high) / 2
+            if training_ratio("t4", precision=precision) < published_t4_ratio(precision):
+                low = (low + high) / 2
+            else:
+                high = (low + high) / 2
+
+
+def print_gpus(rows):
+    """Each GPU preset: the published rows it is checked against and their error, or why
+    none; and the T4 against the V100, the one cross-generation ratio NVIDIA publishes."""
+    print("| preset | confidence | published training rows | mean error | worst |")
+    print("|---|---|---|---|---|")
+    for name, gpu in GPUS.items():
+        mine = [r for r in rows if SYSTEMS[r.system].gpu == name]
+        errs = errors(mine)
+        level = performance.confidence(gpu, "fp16").level
+        if errs:
+            print(f"| {name} | {level} | {len(errs)} | {100 * sum(map(abs, errs)) / len(errs):.1f}%"
+                  f" | {100 * max(errs, key=abs):+.1f}% |")
+        elif name in INFERENCE:
+            print(f"| {name} | {level} | none; its T4/V100 inference ratio, below | | |")
+        else:
+            print(f"| {name} | {level} | none | | |")
+    for precision in ("fp16", "fp32"):
+        published = published_t4_ratio(precision)
+        print(f"\nT4 / V100-32GB, {precision}: NVIDIA's inference {published:.3f}; the estimate's "
+              f"training {training_ratio('t4', precision=precision):.3f} (Volta's efficiency "
+              "borrowed, as before: ", end="")
+        fitted = dict(performance.COMPUTE_EFFICIENCY)
+        unit = "half" if precision == "fp16" else "fp32"
+        performance.COMPUTE_EFFICIENCY[f"turing-{unit}"] = fitted[f"volta-{unit}"]
+        print(f"{training_ratio('t4', precision=precision):.3f})")
+        performance.COMPUTE_EFFICIENCY.update(fitted)
+
+
 def errors(rows):
     return [predict(r) / r.published - 1 for r in rows]
 
@@ -332,20 +411,26 @@ def main(argv=None):
                         help="refit performance.py's constants first and print them")
     parser.add_argument("--time_to_train", action="store_true",
                         help="whole published pretraining runs (held out) instead of the tables")
+    parser.add_argument("--gpus", action="store_true",
+                        help="each GPU preset: its published rows and error, or none")
     parser.add_argument("--holdout", choices=("TF1", "TF2"),
                         help="fit on the other README's rows, print this one's (cross-check)")
     args = parser.parse_args(argv)
     if args.time_to_train:
         return print_time_to_train()
     rows = published_rows()
+    if args.gpus:
+        return print_gpus(rows)
     if args.holdout:
         loss = fit([r for r in rows if not r.source.startswith(args.holdout)])
         rows = [r for r in rows if r.source.startswith(args.holdout)]
     elif args.fit:
         loss = fit(rows)
+        fit_turing()
     if args.fit or args.holdout:
         print(f"fitted (mean |log error|^4 {loss:.3g}):")
-        for name, key in FITTED:
+        for name, key in FITTED + [("COMPUTE_EFFICIENCY", "turing-half"),
+                                   ("COMPUTE_EFFICIENCY", "turing-fp32")]:
             print(f"  {name}{f'[{key!r}]' if key else ''} = {_get(name, key):.4g}")
         print()
     return 0 if print_table(rows) else 1

@@ -15,24 +15,50 @@
 #   BATCH=256 FP32_BATCH=128 bash bench/gpu_check.sh
 #   bash bench/gpu_check.sh --cpu                # no GPU: tiny config on CPU, proves the script
 #
-# Without internet it installs from carried wheels when TensorFlow, Horovod or
-# bert_tf do not import. Stage them on a machine with internet and the same
-# Python (3.11) and platform (x86_64 manylinux), then copy the folder over:
-#   pip download -d wheels "tensorflow[and-cuda]==2.21.0" -r install/requirements.txt
-#   cp ~/.cache/bert_tf/wheels/horovod-0.28.1-*/horovod-*.whl wheels/   # from make venv
-# and run with BERT_TF_WHEELS=/path/to/wheels (default: ./wheels). The CPU-built
-# Horovod wheel is enough: one process, so it never allreduces over NCCL.
+# Without internet it installs what does not import from carried wheels (BERT_TF_WHEELS,
+# default ./wheels), in one of two set-ups, both on x86_64 Linux:
+# - NVIDIA's NGC TensorFlow image (the Dockerfile's base, Python 3.12): its TensorFlow and its
+#   NCCL Horovod stay; bert_tf and its pure-Python dependencies go into its Python, the
+#   Dockerfile's way (no tensorflow*, tensorflow-text or horovod pins).
+# - A CUDA 12 machine with python3 (3.12 checked: `pip install --dry-run --python-version 3.12
+#   --only-binary=:all: -r <(bash bench/gpu_check.sh --requirements=cuda)` resolves every pin
+#   to a wheel): a venv .venv-gpu gets tensorflow[and-cuda] at
+#   install/requirements.txt's TensorFlow version and those requirements WITHOUT tensorflow-cpu
+#   (tensorflow-cpu and tensorflow unpack into the same site-packages/tensorflow: the last one
+#   installed wins, and the CPU build sees no GPU), then Horovod built from its source against
+#   that TensorFlow (Gloo, no MPI: the check runs one process; needs g++ and patch).
+# Stage on a machine with internet and the SAME Python version (python3 --version there), then
+# copy the folder over:
+#   bash bench/gpu_check.sh --requirements=cuda > gpu-requirements.txt   # or =ngc on NGC
+#   python3.12 -m pip download -d wheels -r gpu-requirements.txt cmake
+#   python3.12 -m pip download -d wheels --no-deps --no-binary :all: horovod==0.28.1  # cuda only
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WHEELS="${BERT_TF_WHEELS:-$REPO/wheels}"
+HOROVOD_VERSION=0.28.1
+
+# The pins a set-up installs (see the header): cuda swaps tensorflow-cpu for
+# tensorflow[and-cuda] at the same version; ngc keeps the image's TensorFlow and Horovod.
+requirements() {
+  local pins="$REPO/install/requirements.txt"
+  case "$1" in
+    cuda) sed -n 's/^tensorflow-cpu==/tensorflow[and-cuda]==/p' "$pins"
+          grep -vE '^tensorflow-cpu[=<>]' "$pins" ;;
+    ngc) grep -vE '^(tensorflow|tensorflow-cpu|tensorflow-text|horovod)[=<>]' "$pins" ;;
+    *) echo "gpu_check: --requirements takes cuda or ngc, not '$1'" >&2; return 2 ;;
+  esac
+}
+
 MODE=gpu
-if [[ "${1:-}" == "--cpu" ]]; then
-  MODE=cpu
-elif [[ -n "${1:-}" ]]; then
-  echo "gpu_check: unknown argument '$1' (only --cpu; set BATCH, FP32_BATCH, STEPS in the env)" >&2
-  exit 2
-fi
+case "${1:-}" in
+  "") ;;
+  --cpu) MODE=cpu ;;
+  --requirements=*) requirements "${1#--requirements=}"; exit ;;
+  *) echo "gpu_check: unknown argument '$1' (--cpu or --requirements=cuda|ngc; set BATCH," \
+       "FP32_BATCH, STEPS in the env)" >&2
+     exit 2 ;;
+esac
 
 if [[ "$MODE" == gpu ]]; then
   if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -57,9 +83,33 @@ else
   BUDGET=3000
 fi
 
+# Horovod from its staged source, patched as install/setup_env.sh does, against the TensorFlow
+# installed in $PYTHON: Gloo only (one process here; no MPI headers needed).
+build_horovod() {
+  local src
+  src="$(mktemp -d)"
+  tar -xzf "$WHEELS/horovod-$HOROVOD_VERSION.tar.gz" -C "$src"
+  patch -d "$src/horovod-$HOROVOD_VERSION" -p1 -s < "$REPO/install/horovod-$HOROVOD_VERSION-tf2.21.patch"
+  command -v cmake >/dev/null || "${PIP[@]}" cmake
+  echo "gpu_check: building Horovod $HOROVOD_VERSION against this TensorFlow (a few minutes)"
+  ( cd "$src/horovod-$HOROVOD_VERSION"
+    export PATH="$(dirname "$PYTHON"):$PATH" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+      MAKEFLAGS="-j$(nproc)"
+    "${PIP[@]}" --no-build-isolation --no-deps . > "$src/build.log" 2>&1 ) \
+    || { tail -30 "$src/build.log" >&2; echo "gpu_check: Horovod build failed" >&2; exit 1; }
+  rm -rf "$src"
+}
+
+# The Python: $PYTHON; else for --cpu the project's .venv; else python3 where TensorFlow and
+# Horovod already import (NGC), or the .venv-gpu venv (created from python3 if missing).
 PYTHON="${PYTHON:-}"
-if [[ -z "$PYTHON" ]]; then
-  if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+if [[ -z "$PYTHON" && "$MODE" == cpu && -x "$REPO/.venv/bin/python" ]]; then
+  PYTHON="$REPO/.venv/bin/python"
+elif [[ -z "$PYTHON" ]] && python3 -c "import tensorflow, horovod.tensorflow" 2>/dev/null; then
+  PYTHON=python3
+elif [[ -z "$PYTHON" ]]; then
+  PYTHON="$REPO/.venv-gpu/bin/python"
 fi
 if ! "$PYTHON" -c "import tensorflow, horovod.tensorflow, bert_tf" 2>/dev/null; then
   [[ -d "$WHEELS" ]] || {
@@ -67,13 +117,24 @@ if ! "$PYTHON" -c "import tensorflow, horovod.tensorflow, bert_tf" 2>/dev/null; 
       "missing; stage wheels as the header of $0 says" >&2
     exit 1
   }
-  echo "gpu_check: installing from $WHEELS into $PYTHON's environment"
+  if [[ "$PYTHON" == "$REPO/.venv-gpu/bin/python" && ! -x "$PYTHON" ]]; then
+    python3 -m venv "$REPO/.venv-gpu"
+  fi
   PIP=("$PYTHON" -m pip install -q --no-index --find-links "$WHEELS")
-  "${PIP[@]}" "tensorflow[and-cuda]==2.21.0" -r "$REPO/install/requirements.txt"
-  HOROVOD_WHEELS=("$WHEELS"/horovod-*.whl)
-  "${PIP[@]}" --no-deps "${HOROVOD_WHEELS[0]}"
+  SETUP=cuda
+  "$PYTHON" -c "import tensorflow, horovod.tensorflow" 2>/dev/null && SETUP=ngc
+  if [[ "$SETUP" == cuda ]] && "$PYTHON" -m pip show -q tensorflow-cpu 2>/dev/null; then
+    echo "gpu_check: tensorflow-cpu is installed in $PYTHON's environment and would shadow" \
+      "tensorflow[and-cuda]: use another Python (PYTHON=...) or pip uninstall tensorflow-cpu" \
+      "tensorflow first" >&2
+    exit 1
+  fi
+  echo "gpu_check: installing from $WHEELS into $PYTHON's environment ($SETUP set-up)"
+  "${PIP[@]}" -r <(requirements "$SETUP")
+  "$PYTHON" -c "import horovod.tensorflow" 2>/dev/null || build_horovod
   "${PIP[@]}" --no-deps --no-build-isolation -e "$REPO"
 fi
+SECONDS=0  # the run budget starts after the installation
 if [[ "$MODE" == gpu ]] && ! "$PYTHON" -c \
     "import sys, tensorflow as tf; sys.exit(not tf.config.list_physical_devices('GPU'))"; then
   echo "gpu_check: TensorFlow in $PYTHON sees no GPU (CPU-only build? need tensorflow[and-cuda])" >&2

@@ -48,7 +48,7 @@ def flag_defaults(config_class) -> dict:
             for field in dataclasses.fields(config_class)}
 
 
-def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
+def run_command(define_flags, config, run, errors=(), error_status=1, positional=None) -> None:
     """The entry point of every command: defines its absl flags, parses them into its
     configuration and exits with what `run` returns, or with `COMMAND: error: ...` on
     stderr and error_status when `run` or the parsing into the configuration raises one of
@@ -61,13 +61,16 @@ def run_command(define_flags, config, run, errors=(), error_status=1) -> None:
       run: takes the configuration; returns the exit status.
       errors: exception types whose message is the whole story for the user.
       error_status: the exit status for them.
+      positional: the field of a dataclass `config` that takes the command's positional
+        arguments (a list); None: the command takes none.
     """
     def main(argv):
-        if len(argv) > 1:
+        if len(argv) > 1 and positional is None:
             raise app.UsageError(f"unexpected arguments {argv[1:]}; all options are --flags")
         try:
             if dataclasses.is_dataclass(config):
-                parsed = config_from_flags(config, flags.FLAGS)
+                parsed = config_from_flags(
+                    config, flags.FLAGS, **({positional: argv[1:]} if positional else {}))
             else:
                 parsed = config(flags.FLAGS)
             return run(parsed)

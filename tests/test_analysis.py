@@ -193,6 +193,10 @@ def test_read_conllu(tmp_path):
     ("1\ta\t_\t_\t_\t_\t_\t_\t_\t_\n", r"gold.conllu:1: HEAD field"),
     ("2\ta\t_\t_\t_\t_\t0\troot\t_\t_\n", r"gold.conllu:1: word id '2'"),
     ("1\ta\t_\t_\t_\t_\t3\tdep\t_\t_\n", r"word 1 has head 3"),
+    # issue 37: '²'.isdigit() is True but int('²') fails; a word headed by itself was accepted
+    ("1\ta\t_\t_\t_\t_\t\u00b2\tdep\t_\t_\n", r"gold.conllu:1: HEAD field '\u00b2'"),
+    ("1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n2\tb\t_\t_\t_\t_\t2\tdep\t_\t_\n",
+     r"word 2 is its own head"),
     ("# only a comment\n", r"no sentences"),
 ])
 def test_read_conllu_errors_name_file_and_line(tmp_path, text, message):

@@ -1,6 +1,7 @@
 """python -m bert_tf analyze_attention end to end on a tiny random model."""
 
 import csv
+import dataclasses
 import json
 import re
 
@@ -9,6 +10,7 @@ import tensorflow as tf
 from conftest import PYTHON, run_command
 
 from bert_tf.analysis import analyze_attention
+from bert_tf.data.files import OutputDirError
 from bert_tf.model import checkpoints, modeling
 from bert_tf.model.config import BertConfig
 
@@ -103,7 +105,7 @@ def test_cli_writes_well_formed_report(tiny_model, shared_data, tmp_path):
     page = (out / "attention_example.html").read_text(encoding="utf-8")
     assert not re.search(r"https?://", page)
     assert "[CLS]" in page and "<script>" in page
-    assert not list(tmp_path.glob(".analyze_attention-*"))  # staging removed
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # staging removed
 
 
 def _args(tiny_model, tmp_path, **overrides):
@@ -122,6 +124,11 @@ def test_late_failure_leaves_no_partial_report(tiny_model, shared_data, tmp_path
         analyze_attention.analyse(args)
     assert not (tmp_path / "report").exists()
     assert not list(tmp_path.glob(".analyze_attention-*"))
+    # issue 37: an --output_dir that cannot be written was found after all the computation
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(OutputDirError, match="a_file/report is not writable .*a_file is a file"):
+        analyze_attention.analyse(dataclasses.replace(
+            args, output_dir=str(tmp_path / "a_file" / "report"), conllu=None))
 
 
 def test_untrained_masked_lm_head_gives_no_gradient(shared_data, tmp_path):

@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
-from bert_tf.data.build_vocab import BuildVocabError, build_vocab, write_vocab
+from bert_tf.data.build_vocab import (
+    BuildVocabConfig,
+    BuildVocabError,
+    build_vocab,
+    run,
+    write_vocab,
+)
 from bert_tf.data.format_text import format_files
 from bert_tf.data.tokenization import FullTokenizer
 
@@ -40,6 +46,13 @@ def test_google_layout_uncased_and_errors(shared_data, tmp_path):
     assert "the" in vocab and "The" not in vocab
     with pytest.raises(BuildVocabError, match="--vocab_size=50"):
         build_vocab([book], vocab_size=50, num_unused_tokens=40)
+    # issue 37: 76 tokens written for --vocab_size=50 (the alphabet alone is larger)
+    with pytest.raises(BuildVocabError, match=r"--vocab_size=50 is smaller than the input's "
+                                              r"alphabet: .* already \d+ tokens"):
+        build_vocab([book], vocab_size=50)
+    # issue 37: an OverflowError from the trainer
+    with pytest.raises(BuildVocabError, match="--min_count must be an integer >= 0, got -3"):
+        build_vocab([book], vocab_size=1000, min_count=-3)
     result = subprocess.run([sys.executable, "-m", "bert_tf", "build_vocab", "--input_files",
                              str(tmp_path / "none*.txt"), "--vocab_file", str(tmp_path / "v.txt")],
                             capture_output=True, text=True)
@@ -64,3 +77,16 @@ def test_compressed_input_is_read_as_its_text(shared_data, tmp_path, suffix, com
     packed = tmp_path / f"alice.txt{suffix}"
     packed.write_bytes(compress(book.read_bytes()))
     assert build_vocab([packed], vocab_size=1000) == build_vocab([book], vocab_size=1000)
+
+
+def test_a_vocab_file_matched_by_the_input_glob_is_not_learned_from(shared_data, tmp_path):
+    """Issue 37: a rerun whose --input_files glob matched its own --vocab_file trained on the
+    old vocab as if it were text."""
+    text = tmp_path / "alice.txt"
+    text.write_bytes((shared_data / "corpora/gutenberg/carroll-alice.txt").read_bytes())
+    (tmp_path / "vocab.txt").write_text("".join(f"zzqx{i}\n" for i in range(3000)))
+    config = BuildVocabConfig(input_files=str(tmp_path / "*.txt"),
+                              vocab_file=str(tmp_path / "vocab.txt"), vocab_size=1000)
+    assert run(config) == 0
+    assert not any(token.startswith("zzq") for token in
+                   (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n"))

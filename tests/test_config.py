@@ -61,5 +61,14 @@ def test_missing_vocab_size_and_bad_files(tmp_path):
     broken.write_text("{not json")
     with pytest.raises(BertConfigError, match="not valid JSON"):
         BertConfig.from_json_file(broken)
+    # issue 37: a directory or a binary file gave IsADirectoryError / UnicodeDecodeError
+    with pytest.raises(BertConfigError, match=f"{tmp_path}: a directory, not a file"):
+        BertConfig.from_json_file(tmp_path)
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(BertConfigError, match="broken.json: not valid JSON text"):
+        BertConfig.from_json_file(broken)
+    broken.write_text("[1, 2]")
+    with pytest.raises(BertConfigError, match="broken.json: holds a JSON list"):
+        BertConfig.from_json_file(broken)
     with pytest.raises(BertConfigError, match="divisible"):
         BertConfig(vocab_size=10, hidden_size=10, num_attention_heads=3)

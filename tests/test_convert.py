@@ -199,3 +199,7 @@ def test_an_output_dir_holding_a_run_is_refused_and_left_unchanged(tmp_path, sav
     assert {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()} == before
     assert main(["tf_to_hf", f"--checkpoint={directory}", f"--output_dir={tmp_path / 'hf'}"]) == 1
     assert "is not empty" in capsys.readouterr().err
+    # issue 37: a read-only --output_dir was an OSError traceback after the reading
+    assert main(["hf_to_tf", f"--hf_dir={tmp_path / 'hf'}", "--output_dir=/sys/kernel/bert"]) == 1
+    assert ("--output_dir=/sys/kernel/bert is not writable (/sys/kernel: "
+            in capsys.readouterr().err)

@@ -18,7 +18,7 @@ from conftest import PYTHON, REPO, run_command
 
 from bert_tf.data import pretraining_data as pdata
 from bert_tf.data import records
-from bert_tf.data.files import InputDataError, decode_text
+from bert_tf.data.files import InputDataError, decode_text, read_text
 from bert_tf.data.format_text import FormatTextError, format_files
 
 
@@ -136,6 +136,24 @@ def test_decode_text_rules():
     assert decode_text(b"a stray \xff byte" * 10, "x")[1] == 10  # a few: replaced and counted
     with pytest.raises(InputDataError, match=r"input file y is not text: 10\.0% of its bytes"):
         decode_text(b"ten bytes\xff" * 100, "y")
+    # issue 37: NUL is valid UTF-8, so UTF-16 without a BOM came out with NULs in every word
+    with pytest.raises(InputDataError, match=r"input file z is not text: 10 of its 20 bytes are "
+                                             r"NUL \(UTF-16 without a byte-order mark"):
+        decode_text("Grüße\nfrom".encode("utf-16-le"), "z")
+
+
+def test_damaged_gzip_is_named_by_every_command_that_reads_text(books, tmp_path):
+    """Issue 37: zlib.error in five commands (format_text, build_vocab, create_pretraining_data,
+    analyze_attention, probe_syntax's CoNLL-U), all through files.read_bytes."""
+    packed = bytearray(gzip.compress(books[0].read_bytes()[:60000]))
+    packed[10:30] = b"\xff" * 20  # the first deflate block: "invalid block type"
+    damaged = tmp_path / "books.txt.gz"
+    damaged.write_bytes(bytes(packed))
+    with pytest.raises(InputDataError, match=f"input file {damaged} is corrupt or truncated"):
+        read_text(damaged)
+    with pytest.raises(FormatTextError, match=f"input file {damaged} is corrupt or truncated"):
+        format_files([damaged], tmp_path / "formatted")
+    assert not list((tmp_path / "formatted").glob("*"))
 
 
 # ------------------------------------------------------------------ truncated records

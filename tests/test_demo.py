@@ -65,3 +65,29 @@ def test_a_failed_step_names_its_log_file(tmp_path):
     else:
         raise AssertionError("no DemoError")
     assert log_file.read_text() == "boom\n"
+
+
+def test_output_dir_is_replaced_only_when_an_earlier_demo_made_it(tmp_path, capsys):
+    """Issue 37: --dupe_factor=0 removed --output_dir before failing on the flag, and any
+    directory (e.g. --output_dir=runs) was removed. Checked before any download."""
+    work = tmp_path / "runs"
+    work.mkdir()
+    (work / "model.ckpt").write_text("weeks of training")
+    cache = tmp_path / "no_cache"
+    assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache),
+                                    dupe_factor=0)) == 1
+    assert "--dupe_factor must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache))) == 1
+    assert (f"--output_dir={work} holds files not made by an earlier demo run (model.ckpt); "
+            "demo replaces the whole directory" in capsys.readouterr().err)
+    assert (work / "model.ckpt").read_text() == "weeks of training"
+    assert not cache.exists()
+    from bert_tf.data.output_dir import check_output_dir, mark_as_owned
+
+    mark_as_owned(work, "demo")  # what a demo run does to the directory it makes
+    assert check_output_dir(work, "output_dir", command="demo") == str(work)
+    older_demo = tmp_path / "demo_output"  # made before the owner mark existed
+    for name in ("model", "corpus"):
+        (older_demo / name).mkdir(parents=True)
+    (older_demo / "pretrain.flags").write_text("--do_train\n")
+    assert demo.check_config(demo.DemoConfig(output_dir=str(older_demo))) == str(older_demo)

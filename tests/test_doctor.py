@@ -9,20 +9,25 @@ import pytest
 from conftest import PYTHON, run_command
 
 from bert_tf.model.config import BertConfig
+from bert_tf.tools.device_memory import device_memory
 from bert_tf.tools.doctor_check import FAIL, OK, WARN
 from bert_tf.tools.doctor_environment import (
+    Environment,
     GpuInfo,
     check_cuda_launch_blocking,
     check_gpu_visibility,
     check_horovod_build,
     check_import,
+    check_mpirun,
     check_onednn,
     check_tokenizer,
     check_xla_libdevice,
+    environment_checks,
     libdevice_candidates,
 )
 from bert_tf.tools.doctor_training import (
     check_cpu_half_precision,
+    check_deterministic_xla,
     check_max_predictions,
     check_memory,
     check_tensor_core_shapes,
@@ -63,8 +68,10 @@ def fake_two_gpu_driver(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559'\n"
-                   "echo 'NVIDIA H100 80GB HBM3, 81559'\n")
+    # As a driver >= 510 answers --query-gpu=name,memory.total,compute_cap.
+    smi.write_text("#!/bin/sh\ncase \"$*\" in *compute_cap*) cap=', 9.0';; esac\n"
+                   "echo \"NVIDIA H100 80GB HBM3, 81559$cap\"\n"
+                   "echo \"NVIDIA H100 80GB HBM3, 81559$cap\"\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
@@ -88,8 +95,11 @@ def test_gpu_box_traps_and_memory_against_detected_gpu(fake_two_gpu_driver, tmp_
                                f"{tmp_path}, which has no nvvm/libdevice/libdevice.10.bc")
                for line in lines)
     memory = [line for line in lines if line.startswith("WARN memory per GPU: estimate ")]
-    assert memory and f"> {81559 / 1024:g} GiB: likely out of memory" in memory[0], lines
-    assert "lower --train_batch_size to about" in memory[0]
+    # TensorFlow's allocator gets 81,559 MiB less the context and its 1,800 MiB for Hopper.
+    assert memory and ("> 76.9 GiB for TensorFlow = 81,559 MiB - CUDA context 1,024 - reserve "
+                       "1,800 (TensorFlow's default for compute capability 9.x): likely out of "
+                       "memory") in memory[0], lines
+    assert "lower --train_batch_size to about 56 and raise" in memory[0]
 
 
 def write_seq128_records(path):
@@ -129,8 +139,8 @@ def test_recipe_with_bad_flags_checked_against_given_gpu_memory(tmp_path):
                                "= 1024*0.15 ~ 154") for line in lines)
     assert any(line.startswith("WARN tensor core shapes: vocab_size 30522 is not a multiple of 8 "
                                "(pad to 30528)") for line in lines)
-    assert any(line.startswith("WARN memory per GPU: estimate ") and "> 32 GiB" in line
-               for line in lines)
+    assert any(line.startswith("WARN memory per GPU: estimate ") and "> 29.2 GiB for TensorFlow "
+               "= 32,768 MiB - CUDA context 1,024 - reserve 1,800" in line for line in lines)
 
 
 # ------------------------------------------------------- checks given their facts
@@ -226,6 +236,16 @@ def run_config(**overrides):
     return PretrainingConfig(**values)
 
 
+def test_deterministic_with_xla_warns_of_sequential_scatters():
+    line = check_deterministic_xla(run_config(deterministic=True, use_xla=True)).line()
+    assert line.startswith("WARN --deterministic with --use_xla: on a GPU, XLA turns the "
+                           "embedding gradients' scatter-adds (8,192 token rows per micro-batch"), \
+        line
+    assert "sequential loops" in line and "drop --use_xla with it" in line
+    for flags in (dict(deterministic=True), dict(use_xla=True), {}):
+        assert check_deterministic_xla(run_config(**flags)).status == OK
+
+
 def test_tokens_per_batch_multiple_of_8_under_fp16():
     padded = BertConfig(vocab_size=30528)
     line = check_tensor_core_shapes(run_config(train_batch_size=3, max_seq_length=130),
@@ -249,15 +269,36 @@ def test_max_predictions_too_many_wastes_compute():
 def test_memory_fits_or_warns_with_formula():
     phase2 = run_config(train_batch_size=16, max_seq_length=512, max_predictions_per_seq=80,
                         num_accumulation_steps=256, use_xla=True)
-    fits = check_memory(phase2, LARGE, gpu_memory_gb=32).line()
-    assert fits.startswith("OK   memory per GPU: estimate 25.5 GiB = weights 1.9 + grads 1.3 + "
-                           "optimizer 2.5 + accumulation 1.3 + activations 17.7 + workspace 1.0")
-    assert "XLA on" in fits and "float32 probs" in fits and fits.endswith("<= 32 GiB")
-    big = check_memory(run_config(train_batch_size=64, max_seq_length=512,
-                                  max_predictions_per_seq=80), LARGE,
-                       gpu_memory_gb=32).line()
-    assert big.startswith("WARN memory per GPU: estimate 111.5 GiB")
-    assert "> 32 GiB: likely out of memory | fix: lower --train_batch_size to about 8" in big
+    v100 = device_memory(32510, 7, environ={})  # a V100-32GB outside our Docker image
+    fits = check_memory(phase2, LARGE, v100).line()
+    assert fits.startswith("OK   memory per GPU: estimate 26.3 GiB = weights 1.9 + grads 1.3 + "
+                           "optimizer 2.5 + accumulation 1.3 + activations 18.4 + workspace 1.0")
+    assert "XLA on" in fits and "p bytes per kept attention probability" in fits
+    assert fits.endswith("<= 29.7 GiB for TensorFlow = 32,510 MiB - CUDA context 1,024 - reserve "
+                         "1,050 (TensorFlow's default for compute capability 7.x)")
+    big = run_config(train_batch_size=64, max_seq_length=512, max_predictions_per_seq=80)
+    line = check_memory(big, LARGE, v100).line()
+    assert line.startswith("WARN memory per GPU: estimate 105.6 GiB")
+    assert "likely out of memory | fix: lower --train_batch_size to about 8" in line
+    # A GPU too small for one sequence gets no "batch 0" advice.
+    line = check_memory(big, LARGE, device_memory(4096, None, environ={})).line()
+    assert line.endswith("fix: it does not fit even at batch 1: use a GPU with more memory, a "
+                         "shorter --max_seq_length")
+
+
+def test_bad_gpu_memory_and_missing_mpirun(tmp_path):
+    for value in ("-1", "0", "nan", "inf"):
+        proc = run_doctor(f"--gpu_memory_gb={value}",
+                          "--flagfile=launch/recipes/bert_large_phase1.flags")
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+        assert f"error: --gpu_memory_gb must be a finite number > 0, got {float(value)!r}" \
+            in proc.stderr
+    # Without mpirun on the PATH the doctor warns (it reported 0 FAIL 0 WARN before).
+    assert check_mpirun({"PATH": str(tmp_path)}).line().startswith(
+        "WARN mpirun: not found on PATH: launch.py --launcher=mpirun")
+    assert check_mpirun({"PATH": os.environ["PATH"]}).status == "OK"
+    env = Environment(python="3.11")
+    assert "mpirun" in [c.name for c in environment_checks(env, {"PATH": str(tmp_path)})]
 
 
 def test_half_precision_on_cpu_without_native_support_warns(tmp_path):

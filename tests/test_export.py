@@ -20,7 +20,9 @@ from tiny import vocab_file, write_bert_config
 
 from bert_tf.data.files import OutputDirError
 from bert_tf.data.graph_tokenization import GraphTokenizer
-from bert_tf.data.tokenization import FullTokenizer, _word_pattern, normalize_text
+from bert_tf.data.normalization import normalize_text
+from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.data.word_splitters import BertSplitter
 from bert_tf.model.checkpoints import save_checkpoint
 from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
@@ -195,7 +197,7 @@ def test_savedmodel_in_tensorflow_and_tf_hub(models, shared_data):
     # From raw text it finds the words itself: one tag per word, nothing past the last.
     text_words, text_tags = got["tagger/text/words"], got["tagger/text/tags"]
     assert ((text_words != b"") == (text_tags != b"")).all()
-    words = _word_pattern().findall(normalize_text(texts[1], do_lower_case=True))
+    words = BertSplitter().words(normalize_text(texts[1], do_lower_case=True))
     assert [w.decode() for w in text_words[1] if w] == words
 
     want = ours(models, "classifier", inputs)

@@ -205,6 +205,27 @@ def test_truncated_tfrecord_is_named_at_start_up_and_mid_run(data, tmp_path):
     assert "rerun the same command to resume" in message, message
 
 
+def test_junk_and_damaged_records_are_named_with_their_flag(data, tmp_path):
+    """Issue 37: a file of other data was called "truncated"; a record failing its checksum
+    in --eval_files was an unnamed DataLossError."""
+    junk = tmp_path / "notes.tfrecord"
+    junk.write_bytes(b"just some text, not records\n" * 100)
+    with pytest.raises(InputDataError, match=rf"--input_files: {junk} is not a whole TFRecord "
+                                             "file: at byte 0 of its 2800 there is no record"):
+        loop.run(_config(data, tmp_path / "out", input_files=str(junk)))
+    raw = bytearray(data.eval.read_bytes())
+    offset = 0
+    for _ in range(records.RECORDS_CHECKED_PER_FILE + 4):  # past what the start-up check reads
+        offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
+    raw[offset + 20] ^= 0xFF  # in the record's data: its headers still hold
+    damaged = tmp_path / "eval.tfrecord"
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(loop.TrainingError, match=f"--eval_files: {damaged} holds a damaged "
+                                                 "record"):
+        loop.run(_config(data, tmp_path / "out", do_train=False, do_eval=True,
+                         eval_files=str(damaged), max_eval_steps=1000))
+
+
 # ------------------------------------------------------------------ stale temporaries
 
 
@@ -292,10 +313,17 @@ def test_output_dir_lock_refuses_a_live_holder_and_takes_over_a_dead_one(data, t
 # ------------------------------------------------------------------ smaller ones
 
 
-def test_nan_learning_rate_is_refused(data, tmp_path):
-    with pytest.raises(PretrainingConfigError, match="--learning_rate must be a positive "
-                                                     "finite number, got nan"):
-        loop.run(_config(data, tmp_path / "out", learning_rate=float("nan")))
+@pytest.mark.parametrize("flag, value, message", [
+    ("learning_rate", float("nan"), "--learning_rate must be a finite number > 0, got nan"),
+    # issue 37: nan weight decay ran 25 skipped updates, then blamed the learning rate
+    ("weight_decay_rate", float("nan"), "--weight_decay_rate must be a finite number >= 0, "
+                                        "got nan"),
+    ("max_seq_length", 0, "--max_seq_length must be an integer >= 1, got 0"),
+])
+def test_nan_or_out_of_range_numbers_are_refused_before_anything_is_written(
+        data, tmp_path, flag, value, message):
+    with pytest.raises(PretrainingConfigError, match=f"^{re.escape(message)}$"):
+        loop.run(_config(data, tmp_path / "out", **{flag: value}))
     assert not (tmp_path / "out").exists()
 
 

@@ -23,7 +23,7 @@ import tensorflow as tf
 from conftest import PYTHON, REPO, run_command
 
 from bert_tf.data import conllu, tasks
-from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.data.tokenization import FullTokenizer, VocabError
 from bert_tf.model import checkpoints
 from bert_tf.train import evaluation, finetune, loop
 from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
@@ -334,6 +334,11 @@ def test_another_glue_tasks_files_fail_naming_file_line_and_task(tmp_path):
                        "--task_name=sst-2's train file has 2 as GLUE distributes it"):
         tasks.read_examples("sst-2", str(tmp_path), "train")
     assert len(tasks.read_examples("cola", str(tmp_path), "train")) == 2
+    # issue 37: a Latin-1 file was a UnicodeDecodeError traceback
+    (tmp_path / "train.tsv").write_bytes("good film\t1\nna\xefve film\t0\n".encode("latin-1"))
+    with pytest.raises(tasks.TaskDataError, match=r"train\.tsv:2: not UTF-8 \(1 undecodable "
+                       r"byte\(s\) in the file\); convert it to UTF-8"):
+        tasks.read_examples("tsv", str(tmp_path), "train")
 
 
 def test_glue_label_outside_the_task_label_set_fails(ewt, tmp_path):
@@ -349,7 +354,7 @@ def test_vocab_size_mismatches_fail_before_training(ewt, tmp_path):
     small_config.write_text(json.dumps({**TINY_BERT, "vocab_size": 100}))
     config = finetuning_config(ewt.small, tmp_path / "out", small_config, ewt.vocab,
                                do_train=True)
-    with pytest.raises(FinetuningConfigError, match="has 30522 tokens but --bert_config_file"):
+    with pytest.raises(VocabError, match="has 30522 tokens but --bert_config_file"):
         finetune.run(config)
     checkpoints.save_checkpoint({"bert/embeddings/word_embeddings": tf.zeros([100, 64])},
                                 tmp_path / "ckpt", 0)
@@ -366,6 +371,10 @@ def test_flag_errors(ewt, tmp_path):
         finetune.run(config)
     with pytest.raises(FinetuningConfigError, match="--task_name must be one of"):
         finetune.run(dataclasses.replace(config, task_name="squad", do_train=True))
+    # issue 37: nan epochs passed `<= 0` and failed in int() deep in the schedule
+    with pytest.raises(FinetuningConfigError, match="--num_train_epochs must be a finite "
+                       "number > 0, got nan"):
+        finetune.run(dataclasses.replace(config, do_train=True, num_train_epochs=float("nan")))
     with pytest.raises(FinetuningConfigError, match="less than one update"):
         finetune.run(dataclasses.replace(config, do_train=True, train_batch_size=1000))
     with pytest.raises(loop.TrainingError, match="--max_seq_length=128 is longer than the "

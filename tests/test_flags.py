@@ -73,6 +73,7 @@ PRETRAINING = {
     'do_eval': ('BooleanParser', None, False),
     'do_train': ('BooleanParser', None, False),
     'dynamic_masking': ('BooleanParser', None, False),
+    'do_whole_word_mask': ('BooleanParser', None, False),  # issue 34: with --dynamic_masking
     'elastic': ('BooleanParser', None, False),  # added after a8bd354 (elastic Horovod)
     'elastic_commit_every_n_steps': ('IntegerParser', None, 10),
     'eval_batch_size': ('IntegerParser', None, 8),
@@ -109,7 +110,9 @@ FINETUNING = {
     'bert_config_file': ('ArgumentParser', None, None),
     'data_dir': ('ArgumentParser', None, None),
     'do_eval': ('BooleanParser', None, False),
-    'do_lower_case': ('BooleanParser', None, True),
+    # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
     'do_predict': ('BooleanParser', None, False),
     'do_train': ('BooleanParser', None, False),
     'eval_batch_size': ('IntegerParser', None, 64),
@@ -127,7 +130,8 @@ FINETUNING = {
     'peer_timeout_seconds': ('FloatParser', None, 900.0),
     'precision': ('EnumParser', ['fp32', 'fp16', 'bf16', 'amp'], 'fp32'),
     'seed': ('IntegerParser', None, 12345),
-    'task_name': ('EnumParser', ['pos', 'cola', 'sst-2', 'mrpc', 'mnli', 'tsv'], None),
+    'task_name': ('EnumParser', ['pos', 'ner', 'cola', 'sst-2', 'mrpc', 'mnli', 'tsv'], None),
+    'ner_lenient_tags': ('BooleanParser', None, False),
     'text_a_column': ('IntegerParser', None, 0),
     'text_b_column': ('IntegerParser', None, -1),
     'train_batch_size': ('IntegerParser', None, 32),
@@ -142,7 +146,9 @@ EXPECTED = {
         'batch_size': ('IntegerParser', None, 16),
         'bert_config_file': ('ArgumentParser', None, None),
         'conllu': ('ArgumentParser', None, None),
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'init_checkpoint': ('ArgumentParser', None, None),
         'input_file': ('ArgumentParser', None, None),
         'js_rows_per_segment': ('IntegerParser', None, 16),
@@ -155,8 +161,15 @@ EXPECTED = {
         'word_level': ('BooleanParser', None, False),
     },
     'build_vocab': {
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
         'input_files': ('ArgumentParser', None, None),
+        # Issue 34: the tokenizer recipe and its settings (None: the recipe's).
+        'initial_alphabet': ('ArgumentParser', None, ''),
+        'normalization': ('EnumParser', ['none', 'nfkc'], None),
+        'strip_accents': ('BooleanParser', None, None),
+        'tokenize_chinese_chars': ('BooleanParser', None, None),
+        'tokenizer': ('EnumParser', ['bert', 'mecab', 'character', 'mecab-ko', 'sentencepiece'], 'bert'),
         'max_unique_chars': ('IntegerParser', None, 1000),
         'min_count': ('IntegerParser', None, 2),
         'num_unused_tokens': ('IntegerParser', None, 0),
@@ -164,7 +177,9 @@ EXPECTED = {
         'vocab_size': ('IntegerParser', None, 30522),
     },
     'create_pretraining_data.py': {
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'do_whole_word_mask': ('BooleanParser', None, False),
         'dupe_factor': ('IntegerParser', None, 10),
         'dynamic_masking': ('BooleanParser', None, False),
@@ -218,6 +233,8 @@ EXPECTED = {
         'gpu': ('ArgumentParser', None, None),
         'gpus_per_node': ('IntegerParser', None, None),
         'instance': ('ArgumentParser', None, None),
+        # Issue 35: every preset's memory and throughput confidence.
+        'list_gpus': ('BooleanParser', None, False),
         'max_nodes': ('IntegerParser', None, 64),
         'network_gbps': ('FloatParser', None, None),
         'num_accumulation_steps': ('IntegerParser', None, None),
@@ -239,7 +256,9 @@ EXPECTED = {
     },
     'predict': {
         'bert_config_file': ('ArgumentParser', None, None),
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'init_checkpoint': ('ArgumentParser', None, None),
         'json': ('BooleanParser', None, False),
         'text': ('ArgumentParser', None, None),
@@ -247,7 +266,9 @@ EXPECTED = {
         'vocab_file': ('ArgumentParser', None, None),
     },
     'prepare_dataset': {
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'do_whole_word_mask': ('BooleanParser', None, False),
         'dupe_factor': ('IntegerParser', None, 5),
         'input_files': ('ArgumentParser', None, None),
@@ -265,7 +286,9 @@ EXPECTED = {
         'batch_size': ('IntegerParser', None, 32),
         'bert_config_file': ('ArgumentParser', None, None),
         'dev_fraction': ('FloatParser', None, 0.15),
-        'do_lower_case': ('BooleanParser', None, True),
+        # None since issue 34: the vocab's tokenizer spec decides.
+        'do_lower_case': ('BooleanParser', None, None),
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
         'eval_conllu': ('ArgumentParser', None, None),
         'init_checkpoint': ('ArgumentParser', None, None),
         'l2_weights': ('FloatParser', None, [0.0, 0.001]),
@@ -294,6 +317,14 @@ EXPECTED = {
         'vocab_file': ('ArgumentParser', None, ''),
     },
     'run_finetuning.py': FINETUNING,
+    # Issue 34.
+    'tokenize': {
+        'allow_dictionary_mismatch': ('BooleanParser', None, False),
+        'do_lower_case': ('BooleanParser', None, None),
+        'input_file': ('ArgumentParser', None, ''),
+        'json': ('BooleanParser', None, False),
+        'vocab_file': ('ArgumentParser', None, None),
+    },
     'run_pretraining.py': PRETRAINING,
     'wikipedia': {
         'input_files': ('ArgumentParser', None, None),

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from bert_tf.data.format_text import FormatTextError, format_files, join_lines, split_sentences
+from bert_tf.data.output_dir import OutputDirLock
 
 
 def read_documents(directory):
@@ -64,7 +65,7 @@ def test_lines_format_undecodable_bytes_and_errors(tmp_path, capsys):
     assert "2 undecodable byte(s)" in capsys.readouterr().err
     assert read_documents(tmp_path / "out") == [
         ["First article.", "It has two sentences."], ["Second \ufffd\ufffd article."]]
-    with pytest.raises(FormatTextError, match="--num_shards=0"):
+    with pytest.raises(FormatTextError, match="--num_shards must be an integer >= 1, got 0"):
         format_files([dump], tmp_path / "out", num_shards=0)
     with pytest.raises(FormatTextError, match="dump.txt/sub"):
         format_files([dump], dump / "sub")
@@ -102,3 +103,20 @@ def test_its_own_output_is_not_read_and_empty_shards_are_refused(shared_data, tm
     assert (f"--num_shards={documents + 5} but the input has only {documents} document(s): 5 "
             "shard(s) would be empty") in many.stderr
     assert not list(books.glob(f"part-*-of-{documents + 5:05d}.txt*"))
+
+
+def test_a_rerun_replaces_every_shard_and_a_concurrent_run_is_refused(shared_data, tmp_path):
+    """Issue 37: a rerun with another --num_shards left the old shards (the documented glob
+    then read every document twice); two runs into one directory mixed their text."""
+    book = shared_data / "corpora/gutenberg/carroll-alice.txt"
+    out = tmp_path / "out"
+    format_files([book], out, num_shards=3)
+    documents = read_documents(out)
+    format_files([book], out, num_shards=2)
+    assert sorted(p.name for p in out.iterdir()) == ["part-00000-of-00002.txt",
+                                                     "part-00001-of-00002.txt"]
+    assert sorted(map(tuple, read_documents(out))) == sorted(map(tuple, documents))
+    with OutputDirLock(out), pytest.raises(FormatTextError, match=f"--output_dir={out} is in "
+                                                                   "use by another run"):
+        format_files([book], out, num_shards=4)
+    assert len(list(out.glob("part-*"))) == 2

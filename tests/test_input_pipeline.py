@@ -193,3 +193,46 @@ def test_resume_skips_whole_groups_of_files_unread(tmp_path):
             assert record_numbers(resumed, 10) == full[skip_batches * BATCH:][:10 * BATCH]
         if num_ranks == 1:
             assert ip.resume_point(layout, 3, 70 * BATCH)[0] == 70 * BATCH // per_epoch == 2
+
+
+def _bytes_read(action) -> int:
+    """Bytes this process read (read system calls of all its threads, /proc/self/io rchar)
+    while `action()` ran."""
+    def rchar():
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+    before = rchar()
+    action()
+    return rchar() - before
+
+
+def test_start_up_reads_per_rank_do_not_grow_with_the_number_of_files(tmp_path):
+    # Every rank used to check every input file (64 ranks x 1,472 files of phase 1: ~100 GiB
+    # at each start), and a resume counted the records of the rank's whole share.
+    from types import SimpleNamespace
+
+    from bert_tf.train.run_setup import check_share
+
+    for k in range(32):
+        write_records(tmp_path / f"part-{k:02}.tfrecord", 1000 * k, 200)
+    files = expand_patterns(str(tmp_path / "part-*.tfrecord"))
+    config = SimpleNamespace(max_seq_length=SEQ, max_predictions_per_seq=PRED,
+                             dynamic_masking=True)
+    bert_config = SimpleNamespace(vocab_size=30522)
+
+    def checked(num_files, num_ranks):
+        return _bytes_read(lambda: check_share(files[:num_files], 0, num_ranks, config,
+                                               "input_files", bert_config))
+
+    checked(8, 2)  # first use: TensorFlow's lazy loading reads too
+    assert checked(32, 8) <= 1.2 * checked(8, 2)  # the same share of 4 files
+    assert checked(32, 1) > 3 * checked(8, 2)
+    # A resume early in the data counts the records of the groups up to its position only.
+
+    def resumed(num_files):
+        layout = ip.RecordLayout.of_rank(files[:num_files], 0, 1)
+        return _bytes_read(lambda: ip.resume_point(layout, 3, 10))
+
+    resumed(8)
+    assert resumed(32) <= 1.2 * resumed(8)

@@ -13,10 +13,12 @@ LAUNCH = REPO / "launch" / "launch.py"
 RECIPES = REPO / "launch" / "recipes"
 RUN = f"{REPO}/run_pretraining.py"
 DATA = ["--input_files=/d/*", "--output_dir=/r"]  # what run_pretraining requires
+BARE = [*DATA, "--do_train", "--bert_config_file=/c.json"]  # without a recipe
 
 _spec = importlib.util.spec_from_file_location("launch", LAUNCH)
 launch = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launch)
+from launchers.mpirun import MPI_FORWARDED_PREFIXES  # noqa: E402 (launch.py put it on the path)
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +28,7 @@ def in_repo(monkeypatch):
     them): each test sets its own."""
     monkeypatch.chdir(REPO)
     for name in list(os.environ):
-        if name.startswith(launch.MPI_FORWARDED_PREFIXES):
+        if name.startswith(MPI_FORWARDED_PREFIXES):
             monkeypatch.delenv(name)
 
 
@@ -45,7 +47,7 @@ def command_of(out):
     ("bert_large_phase1", 1, 1024), ("bert_large_phase1", 8, 128), ("bert_large_phase1", 64, 16),
     ("bert_large_phase2", 1, 2048), ("bert_large_phase2", 8, 256), ("bert_large_phase2", 32, 64),
     ("bert_base_phase1", 1, 256), ("bert_base_phase1", 8, 32), ("bert_base_phase1", 128, 2),
-    ("bert_base_phase2", 1, 512), ("bert_base_phase2", 8, 64), ("bert_base_phase2", 16, 32),
+    ("bert_base_phase2", 1, 1024), ("bert_base_phase2", 8, 128), ("bert_base_phase2", 16, 64),
 ])
 def test_recipes_reach_nvidias_global_batch_on_any_gpu_count(recipe, gpus, accumulation,
                                                              capsys):
@@ -94,7 +96,7 @@ def test_mpirun_binding_and_environment_forwarding(capsys):
         "mpirun", "-np", "4", "-H", "localhost:4", "--allow-run-as-root", "-bind-to", "none",
         "-map-by", "slot", "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
         "-mca", "pml", "ob1", "-mca", "btl", "^openib", "python", RUN,
-        f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=128",
+        f"--flagfile={RECIPES}/bert_base_phase2.flags", "--num_accumulation_steps=256",
         *DATA, "--init_checkpoint=/r/p1"]
 
 
@@ -125,11 +127,15 @@ def test_slurm_script_runs_one_task_per_gpu_with_srun(capsys):
                         training_flags=["--input_files=/d/*", "--output_dir=/shared/p1"])
     lines = out.splitlines()
     assert lines[0] == "# p1.sbatch" and lines[1] == "#!/bin/bash"
+    # The whole node with all its memory, as NVIDIA's run.sub asks; each task its share of the
+    # CPUs, unbound by Slurm (each rank binds itself to its GPU's NUMA node).
     for directive in ("--nodes=4", "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu",
-                      "--job-name=p1", "--signal=TERM@120"):
+                      "--job-name=p1", "--signal=TERM@120", "--exclusive", "--mem=0"):
         assert f"#SBATCH {directive}" in lines
+    assert "CPUS_PER_TASK=$(( SLURM_CPUS_ON_NODE / 8 ))" in lines
     srun = shlex.split(next(line for line in lines if line.startswith("srun ")))
-    assert srun == ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "python", RUN,
+    assert srun == ["srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "--cpus-per-task=$CPUS_PER_TASK",
+                    "--cpu-bind=none", "python", RUN,
                     f"--flagfile={RECIPES}/bert_large_phase1.flags",
                     "--num_accumulation_steps=32", "--input_files=/d/*",
                     "--output_dir=/shared/p1"]
@@ -143,7 +149,7 @@ def test_slurm_in_a_container_uses_the_image_paths(capsys):
                         recipe="launch/recipes/bert_base_phase1.flags", training_flags=DATA)
     srun = shlex.split(next(line for line in out.splitlines()
                             if line.startswith("srun ")))
-    assert srun[3:8] == ["--container-image=nvcr.io/me/bert_tf:1",
+    assert srun[5:10] == ["--container-image=nvcr.io/me/bert_tf:1",
                          "--container-mounts=/lustre:/data",
                          "--container-workdir=/workspace/bert_tf", "python",
                          "/workspace/bert_tf/run_pretraining.py"]
@@ -226,14 +232,22 @@ def test_help_lists_every_launcher():
     assert "--[no]dry_run" in proc.stdout
 
 
-def test_elastic_horovodrun_keeps_the_global_batch(capsys):
+@pytest.fixture
+def discovery_script(tmp_path):
+    script = tmp_path / "discover_hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_elastic_horovodrun_keeps_the_global_batch(capsys, discovery_script):
     _, out, _ = dry_run(capsys, launcher="horovodrun", min_np=8, start_np=16, max_np=16,
-                        host_discovery_script="discover_hosts.sh",
+                        host_discovery_script=str(discovery_script),
                         recipe="launch/recipes/bert_large_phase1.flags",
                         network_interface=["ib0"], training_flags=DATA)
     assert command_of(out) == [
         "horovodrun", "-np", "16", "--min-np", "8", "--max-np", "16",
-        "--host-discovery-script", f"{REPO}/discover_hosts.sh", "--gloo",
+        "--host-discovery-script", str(discovery_script), "--gloo",
         "--network-interfaces", "ib0", "python", RUN,
         f"--flagfile={RECIPES}/bert_large_phase1.flags", "--elastic",
         "--global_batch_size=65536", *DATA]
@@ -251,12 +265,24 @@ def test_elastic_horovodrun_keeps_the_global_batch(capsys):
      "--launcher=horovodrun"),
     (dict(recipe=None), "--host_discovery_script (elastic) needs --global_batch_size"),
 ])
-def test_bad_elastic_launches_name_the_flag(capsys, fields, message):
-    config = dict(launcher="horovodrun", min_np=2, max_np=4, host_discovery_script="d.sh",
+def test_bad_elastic_launches_name_the_flag(capsys, fields, message, discovery_script):
+    config = dict(launcher="horovodrun", min_np=2, max_np=4,
+                  host_discovery_script=str(discovery_script),
                   recipe="launch/recipes/bert_large_phase1.flags")
     code, _, err = dry_run(capsys, **{**config, **fields})
     assert code == 2
     assert message in err, err
+
+
+def test_a_missing_or_not_executable_discovery_script_is_named(capsys, discovery_script):
+    config = dict(launcher="horovodrun", min_np=2, max_np=4,
+                  recipe="launch/recipes/bert_large_phase1.flags", training_flags=DATA)
+    missing = discovery_script.with_name("absent.sh")
+    code, _, err = dry_run(capsys, **config, host_discovery_script=str(missing))
+    assert code == 2 and f"--host_discovery_script={missing}: no such file" in err, err
+    discovery_script.chmod(0o644)
+    code, _, err = dry_run(capsys, **config, host_discovery_script=str(discovery_script))
+    assert code == 2 and "is not executable: chmod +x it" in err, err
 
 
 def test_training_flags_are_checked_before_anything_starts(capsys, tmp_path):
@@ -266,8 +292,8 @@ def test_training_flags_are_checked_before_anything_starts(capsys, tmp_path):
                   recipe="launch/recipes/bert_large_phase1.flags")
     for flags, message in [([*DATA, "--no_such_flag=1"], "Unknown command line flag "
                             "'no_such_flag'"),
-                           ([*DATA, "--learning_rate=nan"], "--learning_rate must be a positive "
-                            "finite number, got nan"),
+                           ([*DATA, "--learning_rate=nan"], "--learning_rate must be a finite "
+                            "number > 0, got nan"),
                            (["--output_dir=/r"], "--input_files is required with --do_train")]:
         code, out, err = dry_run(capsys, **recipe, training_flags=flags)
         assert code == 2 and out == ""
@@ -276,3 +302,52 @@ def test_training_flags_are_checked_before_anything_starts(capsys, tmp_path):
                            **{k: v for k, v in recipe.items() if k != "launcher"},
                            training_flags=DATA)
     assert code == 2 and "--job_name='p1\\n#SBATCH --account=other': use letters" in err, err
+
+
+def test_hosts_with_their_own_slots_keep_them(capsys):
+    # The host:slots form doctor --hosts takes; it used to become -H node1:4:4.
+    for launcher in ("horovodrun", "mpirun"):
+        command = command_of(dry_run(capsys, launcher=launcher, num_gpus=4,
+                                     hosts=["node1:4", "node2:4"], training_flags=BARE)[1])
+        assert command[1:5] == ["-np", "8", "-H", "node1:4,node2:4"], command
+    command = command_of(dry_run(capsys, launcher="horovodrun", num_gpus=2,
+                                 hosts=["node1:4", "node2"], training_flags=BARE)[1])
+    assert command[1:5] == ["-np", "6", "-H", "node1:4,node2:2"], command
+    code, _, err = dry_run(capsys, launcher="mpirun", hosts=["node1:²"], training_flags=BARE)
+    assert code == 2 and "--hosts: 'node1:²' is not host or host:slots" in err, err
+
+
+def test_an_identity_file_ssh_cannot_carry_is_refused(capsys):
+    # Open MPI splits plm_rsh_args at spaces whatever the quotes: '-i', "'/my", "key'".
+    for launcher in ("horovodrun", "mpirun"):
+        code, out, err = dry_run(capsys, launcher=launcher, hosts=["n1", "n2"],
+                                 ssh_identity_file="/home/me/my key", training_flags=BARE)
+        assert code == 2 and not out
+        assert "--ssh_identity_file='/home/me/my key': mpirun and horovodrun split" in err, err
+
+
+def test_mpirun_across_hosts_excludes_non_routed_interfaces_and_forwards_settings(
+        capsys, monkeypatch):
+    # Horovod's docs/mpi.rst: lo and docker0 hang Open MPI and NCCL when no interface is named.
+    for name, value in (("XLA_FLAGS", "--xla_gpu_autotune_level=4"), ("TF_CPP_MIN_LOG_LEVEL", "2"),
+                        ("UCX_TLS", "rc"), ("CUDA_VISIBLE_DEVICES", "0,1")):
+        monkeypatch.setenv(name, value)
+    command = command_of(dry_run(capsys, launcher="mpirun", num_gpus=2, hosts=["n1", "n2"],
+                                 allow_run_as_root=False, training_flags=BARE)[1])
+    tail = command[command.index("^openib") + 1:command.index("python")]
+    # CUDA_VISIBLE_DEVICES is each node's own (horovodrun does not forward it either).
+    assert tail == ["-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "UCX_TLS", "-x", "XLA_FLAGS",
+                    "-x", "NCCL_SOCKET_IFNAME=^lo,docker0", "-mca", "btl_tcp_if_exclude",
+                    "lo,docker0"], tail
+    one_node = command_of(dry_run(capsys, launcher="mpirun", num_gpus=2, training_flags=BARE)[1])
+    assert "btl_tcp_if_exclude" not in one_node
+
+
+def test_slurm_keeps_an_existing_script_when_sbatch_is_missing(capsys, monkeypatch, tmp_path):
+    script = tmp_path / "mine.sbatch"
+    script.write_text("my own job\n")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch
+    code = launch.launch(launch.LaunchConfig(launcher="slurm", sbatch_script=str(script),
+                                             training_flags=BARE))
+    assert code == 2 and "sbatch not found on PATH" in capsys.readouterr().err
+    assert script.read_text() == "my own job\n"

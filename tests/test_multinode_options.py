@@ -12,6 +12,8 @@ from bert_tf.tools.doctor_check import FAIL, OK, WARN
 from bert_tf.tools.doctor_hosts import check_interface, check_versions, parse_hosts, rank_mapping
 
 LAUNCH = REPO / "launch" / "launch.py"
+FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "UCX_", "TF_", "XLA_", "OMP_", "KMP_", "CUDA_",
+                      "PYTHONPATH")
 RUN = f"{REPO}/run_pretraining.py"
 CLUSTER_FLAGS = ("--hosts=n1,n2", "--num_gpus=2", "--network_interface=ib0",
                  "--ssh_identity_file=/k", "--ssh_port=2222")
@@ -21,8 +23,8 @@ TRAINING = ["--bert_config_file=/shared/bert_config.json", "--input_files=/share
 
 
 def printed_command(*flags):
-    # Without this process's NCCL_*/HOROVOD_* settings, which mpirun would forward.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "HOROVOD_"))}
+    # Without this process's settings that mpirun would forward (launchers/mpirun.py).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FORWARDED_PREFIXES)}
     proc = subprocess.run([PYTHON, LAUNCH, "--dry_run", *flags, *TRAINING],
                           env=env, capture_output=True, text=True, check=True)
     return shlex.split(proc.stdout.strip().splitlines()[-1])

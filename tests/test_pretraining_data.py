@@ -4,6 +4,7 @@ across worker counts and MPI ranks, and every bad input."""
 import dataclasses
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,10 +235,24 @@ def test_bad_inputs_rejected(vocab_file, corpus, tmp_path):
         create(vocab=str(vocab))
     with pytest.raises(pdata.PretrainingDataError, match="--max_predictions_per_seq=200"):
         create(max_seq_length=128, max_predictions_per_seq=200)
+    with pytest.raises(pdata.PretrainingDataError, match=r"--masked_lm_prob must be a finite "
+                                                         r"number in \(0, 1\), got nan"):
+        create(masked_lm_prob=float("nan"))
     (tmp_path / "file").write_text("")
     with pytest.raises(pdata.PretrainingDataError, match="file/x is not writable"):
         create(output=str(tmp_path / "file" / "x" / "y.tfrecord"))
     assert not list(tmp_path.glob("*.tfrecord*"))
+    # issue 37: --output_file equal to --input_file replaced the text with records
+    text = tmp_path / "text.txt"
+    text.write_bytes(corpus[0].read_bytes())
+    own_vocab = tmp_path / "own_vocab.txt"
+    own_vocab.write_bytes(Path(vocab_file).read_bytes())
+    for output, flag in ((text, "--input_file"), (own_vocab, "--vocab_file")):
+        with pytest.raises(pdata.PretrainingDataError, match=f"--output_file={output} is also "
+                                                             f"{flag}"):
+            create(input_file=str(text), output=str(output), vocab=str(own_vocab))
+    assert text.read_bytes() == corpus[0].read_bytes()
+    assert own_vocab.read_bytes() == Path(vocab_file).read_bytes()
 
 
 def test_interrupted_run_leaves_no_output(vocab_file, corpus, tmp_path, monkeypatch):

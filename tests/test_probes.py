@@ -1,7 +1,10 @@
 """The syntax probes (bert_tf.analysis.probes) on a handmade treebank, and
 `python -m bert_tf probe_syntax` end to end on a tiny random model."""
 
+import contextlib
 import json
+import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,6 +13,8 @@ from test_analysis_cli import _save_tiny_model
 
 from bert_tf.analysis import probe_syntax, probes, statistics
 from bert_tf.data.conllu import ConlluError, ParsedSentence
+from bert_tf.data.files import OutputDirError
+from bert_tf.data.tokenization import VocabError
 
 # (word, UPOS, head) per word; heads 1-based, 0 = root.
 TREEBANK = [
@@ -166,8 +171,8 @@ def test_cli_writes_the_report(tiny_model, tmp_path):
 
 
 def _args(tiny_model, tmp_path, **overrides):
-    return probe_syntax.ProbeArgs(**tiny_model, output_dir=str(tmp_path / "report"),
-                                  **overrides)
+    return probe_syntax.ProbeArgs(**{**tiny_model, "output_dir": str(tmp_path / "report"),
+                                     **overrides})
 
 
 @pytest.mark.parametrize("content, error, message", [
@@ -187,12 +192,90 @@ def test_bad_input_names_file_and_writes_nothing(tiny_model, tmp_path, content, 
     assert not (tmp_path / "report").exists()
 
 
-def test_bad_flag_is_named(tiny_model, tmp_path):
-    with pytest.raises(probe_syntax.AnalysisError, match="--max_epochs must be at least 1"):
-        probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x", max_epochs=0))
-    with pytest.raises(probe_syntax.AnalysisError, match="--l2_weights must be >= 0"):
-        probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x",
-                                      l2_weights=(0.0, -1.0)))
+@pytest.mark.parametrize("overrides, message", [
+    ({"max_epochs": 0}, "--max_epochs must be an integer >= 1, got 0"),
+    ({"l2_weights": (0.0, -1.0)}, "--l2_weights must be a finite number >= 0, got -1.0"),
+    # issue 37: inf was accepted and reported as "UAS 0.0"
+    ({"learning_rates": (0.01, float("inf"))}, "--learning_rates must be a finite number > 0, "
+                                                "got inf"),
+])
+def test_bad_flag_is_named(tiny_model, tmp_path, overrides, message):
+    with pytest.raises(probe_syntax.AnalysisError, match=f"^{re.escape(message)}$"):
+        probe_syntax.run_probes(_args(tiny_model, tmp_path, train_conllu="x", **overrides))
+
+
+def _quick_args(tiny_model, tmp_path, treebank, **overrides):
+    conllu = tmp_path / "gold.conllu"
+    conllu.write_text(conllu_text(treebank), encoding="utf-8")
+    settings = dict(train_conllu=str(conllu), train_sentences=4, max_epochs=1,
+                    learning_rates=(0.01,), l2_weights=(0.0,), upos_steps=2, batch_size=2,
+                    max_seq_length=32, random_init=False)
+    return _args(tiny_model, tmp_path, **{**settings, **overrides})
+
+
+def test_dev_part_without_a_scored_word_is_named(tiny_model, tmp_path):
+    """Issue 37: an AttributeError on learning_rate, after the forward passes."""
+    punctuation_only = [[("!", "PUNCT", 0)]] * 4 + TREEBANK[4:]
+    with pytest.raises(probe_syntax.AnalysisError, match="dev part .* has no scored word"):
+        probe_syntax.run_probes(_quick_args(tiny_model, tmp_path, punctuation_only))
+    assert not (tmp_path / "report").exists()
+
+
+def test_vocab_that_does_not_fit_the_model_is_named(tiny_model, tmp_path):
+    """Issue 37: an IndexError for a vocab of another size, a tensorflow_text RuntimeError
+    for one of special tokens only."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n", encoding="utf-8")
+    with pytest.raises(VocabError, match=r"has 6 tokens but --bert_config_file=.* says "
+                                         r"vocab_size=30522"):
+        probe_syntax.run_probes(_quick_args(tiny_model, tmp_path, TREEBANK,
+                                            vocab_file=str(vocab)))
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    with pytest.raises(VocabError, match="holds only special tokens"):
+        probe_syntax.run_probes(_quick_args(tiny_model, tmp_path, TREEBANK,
+                                            vocab_file=str(vocab)))
+    assert not (tmp_path / "report").exists()
+
+
+def test_output_dir_is_checked_first_and_a_rerun_leaves_no_stale_file(tiny_model, tmp_path):
+    """Issue 37: an unwritable --output_dir was found after all the computation; the report
+    was staged beside --output_dir ("Invalid cross-device link" on a mount point); a rerun
+    without UPOS tags kept the old upos_by_layer.csv; a nan UAS was written as bare NaN."""
+    (tmp_path / "a_file").write_text("")
+    for output_dir, message in ((tmp_path / "a_file" / "report", "is not writable"),
+                                (tmp_path / "a_file", "is a file"),
+                                ("/sys/kernel/report", "is not writable")):
+        with pytest.raises(OutputDirError, match=f"--output_dir={output_dir} {message}"):
+            probe_syntax.run_probes(_quick_args(tiny_model, tmp_path, TREEBANK,
+                                                output_dir=str(output_dir), train_conllu="x"))
+
+    out = tmp_path / "report"
+    with mounted_tmpfs(out):
+        probe_syntax.run_probes(_quick_args(tiny_model, tmp_path, TREEBANK))
+        assert (out / "upos_by_layer.csv").exists()
+        untagged = [[(w, "_", h) for w, _, h in s] for s in TREEBANK[:4]]
+        punctuation = tmp_path / "punct.conllu"
+        punctuation.write_text(conllu_text([[("!", "PUNCT", 0)]]), encoding="utf-8")
+        probe_syntax.run_probes(_quick_args(tiny_model, tmp_path, untagged,
+                                            eval_conllu=str(punctuation)))
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            set(probe_syntax.REPORT_FILES) - {"upos_by_layer.csv"})
+        text = (out / "probes.json").read_text()
+        assert "NaN" not in text
+        assert set(json.loads(text)["uas"].values()) == {None}
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(directory):
+    """`directory` as a mount point of its own (skips where mounting is not allowed)."""
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(directory)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=True)
 
 
 def test_word_vectors_average_their_pieces():

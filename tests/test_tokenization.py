@@ -62,6 +62,12 @@ def _is_cjk(cp):
         (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
 
 
+def _is_kana_or_hangul(char):
+    return unicodedata.name(char, "").startswith(("HIRAGANA", "KATAKANA", "HANGUL",
+                                                   "HALFWIDTH KATAKANA", "HALFWIDTH HANGUL",
+                                                   "COMBINING KATAKANA-HIRAGANA"))
+
+
 def google_tokenize(text, vocab, do_lower_case):
     """Test oracle: Google's BasicTokenizer + WordpieceTokenizer, written from its description."""
     chars = []
@@ -79,9 +85,10 @@ def google_tokenize(text, vocab, do_lower_case):
             chars.append(char)
     words = []
     for word in "".join(chars).split():
-        if do_lower_case:
-            word = unicodedata.normalize("NFD", word.lower())
-            word = "".join(c for c in word if unicodedata.category(c) != "Mn")
+        if do_lower_case:  # Google's NFD + drop Mn, except in kana and Hangul (our fix)
+            word = "".join(c if _is_kana_or_hangul(c) else "".join(
+                d for d in unicodedata.normalize("NFD", c) if unicodedata.category(d) != "Mn")
+                for c in word.lower())
         current = ""
         for char in word:
             if _is_punctuation(char):

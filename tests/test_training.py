@@ -443,3 +443,39 @@ def test_elastic_flags_name_the_batch_sizes_that_work(data, tmp_path):
         config.accumulation_steps_for(3)
     with pytest.raises(loop.TrainingError, match="--elastic needs horovodrun's elastic mode"):
         loop.run(config)  # not started by horovodrun --host-discovery-script
+
+
+def _horovod_ops(concrete_function) -> set[str]:
+    """The Horovod op types in a traced function, its branches included."""
+    graph_def = concrete_function.graph.as_graph_def()
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    return {n.op for n in nodes if n.op.startswith("Horovod")}
+
+
+def test_elastic_updates_follow_the_current_world_size(monkeypatch):
+    """apply_update is traced once per run, but an elastic run's world size changes: the
+    accumulation divisor and whether an allreduce runs are read when it runs. (They were
+    captured at the first trace: after 16 -> 8 ranks every gradient was divided by the old
+    accumulation count, and a run first traced at one rank never averaged after growing.)"""
+    distributed.init()
+    config = tiny.training_config(bert_config_file="unused", input_files="unused",
+                                  output_dir="unused", num_accumulation_steps=2)
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")  # what horovodrun's elastic mode sets
+    state = loop.PretrainingState(BertConfig(**tiny.TINY_BERT), config)
+    grads = [tf.ones_like(p) for p in state.params.values()]
+    sums = tf.zeros([len(state.metric_names)])
+    at_two = state.update_metrics(state.apply_update(grads, sums))["grad_norm"]
+    state.set_accumulation_steps(4)  # e.g. half the ranks, the same global batch
+    at_four = state.update_metrics(state.apply_update(grads, sums))["grad_norm"]
+    assert at_four == pytest.approx(at_two / 2, rel=1e-6)
+    assert state.apply_update.experimental_get_tracing_count() == 1
+    # Traced at one rank, the allreduce is in the graph, behind Horovod's size at run time.
+    assert {"HorovodSize", "HorovodGroupedAllreduce"} <= _horovod_ops(
+        state.apply_update.get_concrete_function(grads, sums))
+
+
+def test_horovod_never_shuts_down_ranks_that_wait_for_a_slow_one():
+    # Horovod's stall shutdown (off by default, and in NVIDIA's BERT) was set to 300 s: a job
+    # whose ranks waited that long for rank 0 writing a BERT-large checkpoint was ended.
+    distributed.init()
+    assert os.environ.get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0") == "0"

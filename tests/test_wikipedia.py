@@ -7,6 +7,7 @@ import pytest
 from conftest import PYTHON, run_command
 
 from bert_tf.data import shards, wikipedia
+from bert_tf.data.numeric_flags import FlagValueError
 
 ENGLISH = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 BULGARIAN = "wikipedia/bgwiki-latest-pages-articles-shortened.xml.bz2"
@@ -101,6 +102,16 @@ def test_not_a_dump_is_refused(tmp_path):
         assert result.returncode == 2
         assert f"{path} is not a complete MediaWiki XML dump" in result.stderr
         assert not list((tmp_path / "out").glob("*.txt*"))
+
+
+@pytest.mark.parametrize("shard_mb", [0.0, -1.0, float("nan")])
+def test_shard_mb_must_be_a_positive_number(shared_data, tmp_path, shard_mb):
+    """Issue 37: 0, -1 and nan were accepted (prepare_dataset refused them)."""
+    with pytest.raises(FlagValueError, match=f"--shard_mb must be a finite number > 0, got "
+                                             f"{shard_mb}"):
+        wikipedia.run(wikipedia.WikipediaConfig(str(shared_data / ENGLISH), str(tmp_path / "o"),
+                                                shard_mb=shard_mb))
+    assert not (tmp_path / "o").exists()
 
 
 def test_wikitext_rules():

@@ -10,14 +10,10 @@ tables/*.csv (layer x head per statistic), plots/*.png and attention_example.htm
 (an offline view of the first segment's attention). See docs/attention.md.
 """
 
-import csv
 import dataclasses
-import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -25,10 +21,13 @@ from absl import flags
 from tqdm import tqdm
 
 import bert_tf
-from bert_tf.analysis import plots, statistics
+from bert_tf.analysis import report_files, statistics
+from bert_tf.data import shared_flags
 from bert_tf.data.conllu import ConlluError, ParsedSentence, read_conllu
-from bert_tf.data.files import InputDataError, read_text
-from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.data.files import InputDataError, OutputDirError, read_text
+from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import check_output_dir
+from bert_tf.data.tokenization import VocabError, check_vocab_size, load_tokenizer
 from bert_tf.model import checkpoints, devices, modeling
 from bert_tf.model.config import BertConfig, BertConfigError
 
@@ -51,7 +50,8 @@ class AnalysisArgs:
     max_seq_length: int = 128
     batch_size: int = 16
     word_level: bool = False
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     js_rows_per_segment: int = 16
     mlm_gradient: bool = True
     seed: int = 12345
@@ -252,27 +252,30 @@ def batches_of(items, size):
 
 
 def check_args(args):
-    """AnalysisError naming the flag when an argument cannot work."""
+    """AnalysisError naming the flag when an argument cannot work; OutputDirError when
+    --output_dir cannot take the report (checked before any computation)."""
     if not args.input_file and not args.conllu:
         raise AnalysisError("give --input_file (pretraining-format text) and/or --conllu")
     if args.input_file and not os.path.isfile(args.input_file):
         raise AnalysisError(f"--input_file: no such file {args.input_file}")
     for flag in ("max_segments", "batch_size"):
-        if getattr(args, flag) < 1:
-            raise AnalysisError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
-    if args.js_rows_per_segment < 0:
-        raise AnalysisError(f"--js_rows_per_segment must be >= 0 (0 = all), got "
-                            f"{args.js_rows_per_segment}")
-    if args.max_seq_length < 4:
-        raise AnalysisError(f"--max_seq_length must be at least 4, got {args.max_seq_length}")
+        check_number(flag, getattr(args, flag), at_least=1, integer=True, error=AnalysisError)
+    check_number("js_rows_per_segment", args.js_rows_per_segment, at_least=0, integer=True,
+                 error=AnalysisError)  # 0 = all
+    check_number("max_seq_length", args.max_seq_length, at_least=4, integer=True,
+                 error=AnalysisError)
+    check_output_dir(args.output_dir, "output_dir")
 
 
 def analyse(args):
     """Runs everything and writes the report; returns the stats dict."""
     check_args(args)
     sentences = read_conllu(args.conllu) if args.conllu else None
+    tokenizer = load_tokenizer(args.vocab_file, args.do_lower_case,
+                               args.allow_dictionary_mismatch)
     model, mlm_head_problem = load_model(args)
-    tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
+    check_vocab_size(tokenizer, model.config.vocab_size,
+                     f"--bert_config_file={args.bert_config_file}")
     config = model.config
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     attention_fn = make_attention_fn(model)
@@ -302,7 +305,7 @@ def analyse(args):
     if sentences is not None:
         report["dependency"] = _dependency_report(sentences, tokenizer, args, layers, heads,
                                                   attention_maps)
-    _write_report(report, example, args.output_dir)
+    report_files.write_attention_report(report, example, args.output_dir)
     return report
 
 
@@ -388,92 +391,6 @@ def _dependency_report(sentences, tokenizer, args, layers, heads, attention_maps
 
 
 # ---------------------------------------------------------------------------
-# Output
-
-
-def _json_safe(value):
-    """NaN/inf -> None, recursively, so the JSON is standard."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def write_csv(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
-def _write_layer_head_table(path, table):
-    heads = len(table[0])
-    write_csv(path, ["layer", *[f"head_{h + 1}" for h in range(heads)]],
-               [[layer + 1, *row] for layer, row in enumerate(table)])
-
-
-def _write_tables(report, directory):
-    os.makedirs(directory)
-    for name, table in report.get("statistics", {}).items():
-        _write_layer_head_table(os.path.join(directory, f"{name}.csv"), table)
-    for target, table in (report.get("mlm_gradient") or {}).items():
-        _write_layer_head_table(os.path.join(directory, f"mlm_gradient_{target}.csv"), table)
-    if "behaviours" in report:
-        _write_layer_head_table(os.path.join(directory, "behaviours.csv"), report["behaviours"])
-        heads = report["model"]["num_heads"]
-        labels = [f"{i // heads + 1}-{i % heads + 1}" for i in range(len(report["mds"]))]
-        write_csv(os.path.join(directory, "js_divergence.csv"), ["head", *labels],
-                   [[label, *row] for label, row in zip(labels, report["js_divergence"],
-                                                        strict=True)])
-        write_csv(os.path.join(directory, "mds.csv"), ["head", "layer", "x", "y"],
-                   [[label, i // heads + 1, *xy]
-                    for i, (label, xy) in enumerate(zip(labels, report["mds"], strict=True))])
-    if report.get("dependency"):
-        rows = report["dependency"]["relations"]
-        write_csv(os.path.join(directory, "dependency.csv"), list(rows[0]),
-                   [list(row.values()) for row in rows])
-
-
-def _write_report(report, example, output_dir):
-    """Writes everything under a temporary directory, then moves each file into
-    output_dir, so a failure leaves no partial report."""
-    output_dir = os.path.abspath(output_dir)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".analyze_attention-", dir=parent)
-    try:
-        report = _json_safe(report)
-        with open(os.path.join(staging, "stats.json"), "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
-        _write_tables(report, os.path.join(staging, "tables"))
-        plots.plot_report(report, os.path.join(staging, "plots"))
-        if example is not None:
-            tokens, maps = example
-            plots.write_attention_html(
-                tokens, maps, os.path.join(staging, "attention_example.html"),
-                title=f"Attention of {os.path.basename(report['checkpoint'].rstrip('/'))}")
-        written = set()
-        for root, _, files in os.walk(staging):
-            target_dir = os.path.join(output_dir, os.path.relpath(root, staging))
-            os.makedirs(target_dir, exist_ok=True)
-            for name in files:
-                os.replace(os.path.join(root, name), os.path.join(target_dir, name))
-                written.add(os.path.join(target_dir, name))
-        # A table or plot of an earlier run that this one lacks (e.g. no gradient) would mislead.
-        for subdir, suffix in (("tables", ".csv"), ("plots", ".png")):
-            directory = os.path.join(output_dir, subdir)
-            for name in os.listdir(directory) if os.path.isdir(directory) else []:
-                path = os.path.join(directory, name)
-                if name.endswith(suffix) and path not in written:
-                    os.remove(path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------
 # Command line
 
 
@@ -503,8 +420,7 @@ def define_flags():
     flags.DEFINE_integer("batch_size", d["batch_size"], "Segments per forward pass.")
     flags.DEFINE_bool("word_level", d["word_level"], "Analyse word-level maps: attention to a "
                       "split word summed over its pieces, from it averaged.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case input (uncased vocabularies).")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_integer("js_rows_per_segment", d["js_rows_per_segment"],
                          "Attending tokens per segment sampled for the Jensen-Shannon head "
                          "distances (cost grows with heads^2); 0 = all.")
@@ -524,4 +440,4 @@ def run(args: AnalysisArgs) -> int:
 
 if __name__ == "__main__":
     bert_tf.run_command(define_flags, AnalysisArgs, run, errors=(
-        AnalysisError, ConlluError, BertConfigError, VocabError))
+        AnalysisError, ConlluError, BertConfigError, VocabError, OutputDirError))

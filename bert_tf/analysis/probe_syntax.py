@@ -15,11 +15,8 @@ docs/attention.md.
 """
 
 import dataclasses
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -36,13 +33,20 @@ from bert_tf.analysis.analyze_attention import (
     define_checkpoint_flags,
     load_model,
     segment_features,
-    write_csv,
 )
+from bert_tf.analysis.report_files import json_safe, write_csv, write_json
+from bert_tf.data import shared_flags
 from bert_tf.data.conllu import ConlluError, read_conllu
-from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import modeling
+from bert_tf.data.files import OutputDirError
+from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import check_output_dir, replace_files_in
+from bert_tf.data.tokenization import VocabError, check_vocab_size, load_tokenizer
+from bert_tf.model import devices, modeling
 from bert_tf.model.config import BertConfigError
 
+# Everything a run writes in --output_dir (an earlier run's are replaced or removed).
+REPORT_FILES = ("probes.json", "head_weights.json", "uas.csv", "upos_by_layer.csv",
+                "probes.png")
 LENGTH_BUCKET = 16  # forward passes pad to a multiple of this: few traces, little padding
 
 # Clark et al. 2019, Table 3 (BERT-base, WSJ, Stanford Dependencies), as issue 26 quotes it.
@@ -75,7 +79,8 @@ class ProbeArgs:
     max_epochs: int = probes.MAX_EPOCHS
     dev_fraction: float = probes.DEV_FRACTION
     upos_steps: int = 300
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     random_init: bool = True
     seed: int = 12345
 
@@ -85,26 +90,25 @@ class ProbeArgs:
 
 
 def check_args(args):
-    """AnalysisError naming the flag when an argument cannot work."""
+    """AnalysisError naming the flag when an argument cannot work; OutputDirError when
+    --output_dir cannot take the report (checked before any computation)."""
     for flag in ("batch_size", "max_epochs", "upos_steps"):
-        if getattr(args, flag) < 1:
-            raise AnalysisError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
-    if not args.learning_rates or not all(rate > 0 for rate in args.learning_rates):
-        raise AnalysisError(f"--learning_rates must be positive, got {args.learning_rates}")
-    if not args.l2_weights or not all(l2 >= 0 for l2 in args.l2_weights):
-        raise AnalysisError(f"--l2_weights must be >= 0, got {args.l2_weights}")
-    if not 0 < args.dev_fraction < 1:
-        raise AnalysisError(f"--dev_fraction must be between 0 and 1, got {args.dev_fraction}")
-    if args.train_sentences < 2:
-        raise AnalysisError(f"--train_sentences must be at least 2 (one is held out as dev "
-                            f"to tune the probes), got {args.train_sentences}")
-    if args.max_eval_sentences < 0:
-        raise AnalysisError(f"--max_eval_sentences must be >= 0 (0 = all), got "
-                            f"{args.max_eval_sentences}")
-    if args.max_seq_length < 4:
-        raise AnalysisError(f"--max_seq_length must be at least 4, got {args.max_seq_length}")
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        raise AnalysisError(f"--output_dir={args.output_dir} is a file, not a directory")
+        check_number(flag, getattr(args, flag), at_least=1, integer=True, error=AnalysisError)
+    if not args.learning_rates or not args.l2_weights:
+        raise AnalysisError("--learning_rates and --l2_weights need at least one value each")
+    for rate in args.learning_rates:
+        check_number("learning_rates", rate, above=0, error=AnalysisError)
+    for l2 in args.l2_weights:
+        check_number("l2_weights", l2, at_least=0, error=AnalysisError)
+    check_number("dev_fraction", args.dev_fraction, above=0, below=1, error=AnalysisError)
+    # one sentence is held out as dev to tune the probes
+    check_number("train_sentences", args.train_sentences, at_least=2, integer=True,
+                 error=AnalysisError)
+    check_number("max_eval_sentences", args.max_eval_sentences, at_least=0, integer=True,
+                 error=AnalysisError)  # 0 = all
+    check_number("max_seq_length", args.max_seq_length, at_least=4, integer=True,
+                 error=AnalysisError)
+    check_output_dir(args.output_dir, "output_dir")
 
 
 def read_splits(args):
@@ -197,6 +201,13 @@ def dependency_uas(train, held_out, args, with_baselines):
         make_probe["distance_and_vectors"] = lambda: probes.DistanceProbe(dim, args.seed)
     grid = probes.TuningGrid(tuple(args.learning_rates), tuple(args.l2_weights),
                              args.max_epochs, args.dev_fraction)
+    _, dev = probes.split_dev(train, args.dev_fraction, args.seed)
+    if not any(s.scored.any() for s in dev):
+        raise AnalysisError(
+            f"the dev part of the training sentences ({len(dev)} of {len(train)}, "
+            f"--dev_fraction={args.dev_fraction}) has no scored word (only punctuation or "
+            "words without a gold head) to tune the probes on; raise --train_sentences or "
+            "--dev_fraction")
     uas, trained, tuning = {}, {}, {}
     for name, make in tqdm(make_probe.items(), desc="dependency probes", file=sys.stderr):
         trained[name], chosen, results = probes.tune_and_train(
@@ -277,8 +288,11 @@ def run_probes(args):
     start = time.time()
     check_args(args)
     train, held_out = read_splits(args)
+    tokenizer = load_tokenizer(args.vocab_file, args.do_lower_case,
+                               args.allow_dictionary_mismatch)
     model, _ = load_model(args)
-    tokenizer = FullTokenizer(args.vocab_file, do_lower_case=args.do_lower_case)
+    check_vocab_size(tokenizer, model.config.vocab_size,
+                     f"--bert_config_file={args.bert_config_file}")
     eval_flag = "eval_conllu" if args.eval_conllu else "train_conllu"
     segments, skipped = {}, {}
     for split, sentences, flag in (("train", train, "train_conllu"),
@@ -323,14 +337,13 @@ def run_probes(args):
 # Output
 
 
-def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1)
-
-
 def _write_files(report, weights, directory):
-    _write_json(os.path.join(directory, "probes.json"), report)
-    _write_json(os.path.join(directory, "head_weights.json"), weights)
+    """probes.png from the report as computed (a nan UAS has no bar); the JSON and CSV
+    files with nan as null or an empty cell."""
+    plots.plot_probes(report, PROBE_NAMES, os.path.join(directory, "probes.png"))
+    report = json_safe(report)
+    write_json(os.path.join(directory, "probes.json"), report)
+    write_json(os.path.join(directory, "head_weights.json"), weights)
     write_csv(os.path.join(directory, "uas.csv"), ["probe", "uas", "paper_bert_base_wsj"],
                [[name, value, PAPER_UAS.get(name, "")] for name, value in report["uas"].items()])
     upos = report["upos_accuracy"]
@@ -340,22 +353,14 @@ def _write_files(report, weights, directory):
                    ["layer", "trained", "random_init"],
                    [[layer, *values] for layer, values in
                     enumerate(zip(upos["trained"], random_init, strict=True))])
-    plots.plot_probes(report, PROBE_NAMES, os.path.join(directory, "probes.png"))
 
 
 def _write_report(report, weights, output_dir):
-    """Writes every file under a temporary directory beside output_dir, then moves them
-    in, so a failure leaves no partial report."""
-    output_dir = os.path.abspath(output_dir)
-    os.makedirs(os.path.dirname(output_dir), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".probe_syntax-", dir=os.path.dirname(output_dir))
-    try:
+    """Writes every file in a staging directory inside output_dir, then moves them in and
+    removes an earlier run's files this one lacks, so a failure leaves no partial report
+    and a rerun no stale one."""
+    with replace_files_in(output_dir, REPORT_FILES) as staging:
         _write_files(report, weights, staging)
-        os.makedirs(output_dir, exist_ok=True)
-        for name in os.listdir(staging):
-            os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------
@@ -391,8 +396,7 @@ def define_flags():
                        "held out as dev to pick each probe's rate, L2 and passes.")
     flags.DEFINE_integer("upos_steps", d["upos_steps"], "Full-batch Adam steps of each "
                          "layer's UPOS classifier.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case input (uncased vocabularies).")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_bool("random_init", d["random_init"], "Also probe the same architecture "
                       "with random weights (the control).")
     flags.DEFINE_integer("seed", d["seed"], "Seed of the random-init model and of the probes.")
@@ -410,6 +414,8 @@ def _settings_note(tuning):
 
 
 def run(args: ProbeArgs) -> int:
+    """Probes the model and prints the UAS table; returns the exit status."""
+    devices.use_one_gpu()
     report = run_probes(args)
     table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
                       f"{_settings_note(report['tuning'].get(name))}"
@@ -421,4 +427,4 @@ def run(args: ProbeArgs) -> int:
 
 if __name__ == "__main__":
     bert_tf.run_command(define_flags, ProbeArgs, run, errors=(
-        AnalysisError, ConlluError, BertConfigError, VocabError))
+        AnalysisError, ConlluError, BertConfigError, VocabError, OutputDirError))

@@ -7,7 +7,7 @@ syntactic words are what the tags and heads describe.
 import dataclasses
 import os
 
-from bert_tf.data.files import InputDataError, read_text
+from bert_tf.data.files import InputDataError, read_exact_text
 
 
 class ConlluError(ValueError):
@@ -57,13 +57,9 @@ def _lines(path, flag):
     if not os.path.isfile(path):
         raise ConlluError(f"--{flag}: no such file {path}")
     try:
-        text, replaced = read_text(path)
+        text = read_exact_text(path)
     except InputDataError as e:
         raise ConlluError(f"--{flag}: {e}") from None
-    if replaced:
-        line = text.count("\n", 0, text.index("\ufffd")) + 1
-        raise ConlluError(f"{path}:{line}: not UTF-8 ({replaced} undecodable byte(s) in the "
-                          "file); CoNLL-U is UTF-8: convert the file (e.g. with iconv)")
     return text.removesuffix("\n").split("\n")
 
 
@@ -78,16 +74,21 @@ def _add_word(sentence, fields, path, line_number, require_heads):
     word_id = fields[0]
     if "-" in word_id or "." in word_id:  # multi-word token range or empty node
         return
-    if not word_id.isdigit() or int(word_id) != len(sentence.words) + 1:
+    if not _is_number(word_id) or int(word_id) != len(sentence.words) + 1:
         raise ConlluError(f"{path}:{line_number}: word id {word_id!r}, expected "
                           f"{len(sentence.words) + 1} (ids must count up from 1 in each sentence)")
-    if not fields[6].isdigit() and require_heads:
+    if not _is_number(fields[6]) and require_heads:
         raise ConlluError(f"{path}:{line_number}: HEAD field {fields[6]!r} is not a "
                           f"number (this needs gold parses)")
     sentence.words.append(fields[1])
     sentence.upos.append(fields[3])
-    sentence.heads.append(int(fields[6]) if fields[6].isdigit() else -1)
+    sentence.heads.append(int(fields[6]) if _is_number(fields[6]) else -1)
     sentence.relations.append(fields[7].split(":")[0])
+
+
+def _is_number(field):
+    """ASCII digits only: str.isdigit() also accepts '²' or '٣', which int() refuses."""
+    return field.isascii() and field.isdigit()
 
 
 def _finish(sentence, sentences, path, line_number):
@@ -97,4 +98,7 @@ def _finish(sentence, sentences, path, line_number):
         if not -1 <= head <= len(sentence.words):
             raise ConlluError(f"{path}: sentence ending at line {line_number}: word {i + 1} "
                               f"has head {head}, outside 0..{len(sentence.words)}")
+        if head == i + 1:
+            raise ConlluError(f"{path}: sentence ending at line {line_number}: word {i + 1} "
+                              "is its own head; a word's HEAD is another word or 0 (root)")
     sentences.append(sentence)

@@ -32,8 +32,17 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data import pretraining_data, shards, shared_flags, wikipedia, workers
+from bert_tf.data import (
+    pretraining_data,
+    shard_jobs,
+    shards,
+    shared_flags,
+    tokenizer_spec,
+    wikipedia,
+    workers,
+)
 from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
+from bert_tf.data.numeric_flags import check_number
 
 
 class DatasetError(ValueError):
@@ -45,7 +54,8 @@ class DatasetConfig:
     input_files: str
     output_dir: str
     vocab_file: str
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     # (max_seq_length, max_predictions_per_seq) per phase: NVIDIA's phase 1 and phase 2.
     phases: tuple = ((128, 20), (512, 80))
     dupe_factor: int = 5
@@ -61,7 +71,7 @@ class DatasetConfig:
         """What the output depends on (not where it goes, nor how many processes make it)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in ("input_files", "output_dir", "vocab_file", "num_workers",
-                             "progress")} | {"phases": [list(p) for p in self.phases]}
+                             "progress", "allow_dictionary_mismatch")} | {"phases": [list(p) for p in self.phases]}
 
     def instance_config(self, max_seq_length, max_predictions_per_seq):
         return pretraining_data.InstanceConfig(
@@ -75,12 +85,17 @@ def is_dump(path):
     return ".xml" in os.path.basename(path)
 
 
-def expected_manifest(config, input_files):
-    return {
+def expected_manifest(config, input_files, spec):
+    """What the output depends on; `spec`: the vocab's TokenizerSpec, recorded when the vocab
+    has a spec file (a Google vocab's manifest stays as it was, so older runs resume)."""
+    expected = {
         "inputs": shards.input_identities(input_files),
-        "settings": config.settings(),
+        "settings": config.settings() | {"do_lower_case": spec.do_lower_case},
         "vocab_sha256": shards.file_sha256(config.vocab_file),
     }
+    if tokenizer_spec.read_spec(config.vocab_file) is not None:
+        expected["tokenizer_spec"] = spec.to_json()
+    return expected
 
 
 # --------------------------------------------------------------------------- stages
@@ -97,11 +112,12 @@ def document_shards(document_dir, prefixes):
     return paths
 
 
-def _phase_job(shard_index, input_path, output_path, vocab_file, do_lower_case, config):
+def _phase_job(shard_index, input_path, output_path, vocab_file, do_lower_case, config,
+               allow_dictionary_mismatch):
     """One input shard -> one finished TFRecord file (counts recorded, renamed)."""
     stats = pretraining_data.process_shard(shard_index, input_path,
                                            [shards.temporary_path(output_path)], vocab_file,
-                                           do_lower_case, config)
+                                           do_lower_case, config, allow_dictionary_mismatch)
     counts = {k: stats[k] for k in ("documents", "sentences", "input_tokens", "instances",
                                     "tokens", "replaced_bytes")}
     shards.finish(output_path, counts | {"input": os.path.basename(input_path)})
@@ -112,11 +128,11 @@ def write_phase(inputs, phase_dir, config, instance_config, rank=0, size=1):
     """Stage 2/3: every input shard not yet done -> PHASE_DIR/part-NNNNN.tfrecord."""
     os.makedirs(phase_dir, exist_ok=True)
     outputs = [os.path.join(phase_dir, f"part-{i:05d}.tfrecord") for i in range(len(inputs))]
-    jobs = [(i, path, outputs[i], config.vocab_file, config.do_lower_case, instance_config)
+    jobs = [(i, path, outputs[i], config.vocab_file, config.do_lower_case, instance_config,
+             config.allow_dictionary_mismatch)
             for i, path in enumerate(inputs) if not shards.is_done(outputs[i])]
-    pretraining_data.run_jobs(jobs[rank::size], config.num_workers, config.progress and rank == 0,
-                              len(inputs), run=_phase_job_tuple,
-                              desc=os.path.basename(phase_dir))
+    shard_jobs.run_jobs(jobs[rank::size], config.num_workers, config.progress and rank == 0,
+                        len(inputs), run=_phase_job_tuple, desc=os.path.basename(phase_dir))
     return outputs
 
 
@@ -132,34 +148,34 @@ def phase_dir_name(index, max_seq_length):
 
 
 def validate(config):
-    if config.num_workers < 1:
-        raise DatasetError(f"--num_workers={config.num_workers} must be at least 1")
-    if config.shard_mb <= 0:
-        raise DatasetError(f"--shard_mb={config.shard_mb} must be positive")
+    check_number("num_workers", config.num_workers, at_least=1, integer=True,
+                 error=DatasetError)
+    check_number("shard_mb", config.shard_mb, above=0, error=DatasetError)
     for seq, predictions in config.phases:
         config.instance_config(seq, predictions).validate()
     try:
         input_files = expand_patterns(config.input_files)
     except InputDataError as e:
         raise DatasetError(f"--input_files: {e}") from e
-    from bert_tf.data.tokenization import load_vocab
+    from bert_tf.data.tokenization import resolve_spec
 
-    load_vocab(config.vocab_file)  # fail early on a bad vocab
+    # Fail early on a bad vocab, or flags or a dictionary that contradict its spec.
+    spec = resolve_spec(config.vocab_file, config.do_lower_case, config.allow_dictionary_mismatch)
     try:
         check_writable(config.output_dir, "output_dir")
     except OutputDirError as e:
         raise DatasetError(str(e)) from e
-    return input_files
+    return input_files, spec
 
 
 def prepare_dataset(config):
     """The whole job; returns the manifest (on MPI rank 0; other ranks return None)."""
-    input_files = validate(config)
+    input_files, spec = validate(config)
     dumps = [p for p in input_files if is_dump(p)]
     for dump in dumps:
         wikipedia.check_complete(dump)
-    expected = expected_manifest(config, input_files)
-    comm = pretraining_data.mpi_comm()
+    expected = expected_manifest(config, input_files, spec)
+    comm = shard_jobs.mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
     shards.check_manifest(config.output_dir, expected)  # every rank fails alike
     _barrier(comm)
@@ -244,6 +260,8 @@ def run(config: DatasetConfig) -> int:
     """Prepares the dataset and prints its counts; returns the exit status (128 + the signal
     when interrupted). DatasetError, InputDataError, PretrainingDataError, VocabError on bad
     input."""
+    # Also when this process makes the records itself (--num_workers=1, or one input file).
+    workers.hide_gpus()
     try:
         with workers.interruptible():
             manifest = prepare_dataset(config)

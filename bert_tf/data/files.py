@@ -7,6 +7,7 @@ import gzip
 import lzma
 import os
 import tempfile
+import zlib
 
 
 class InputDataError(ValueError):
@@ -46,11 +47,17 @@ def check_writable(directory, flag):
     --flag (the one rule for every command that writes output)."""
     try:
         os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-            pass
+        prove_writable(directory)
     except OSError as e:
         raise OutputDirError(f"--{flag}={directory} is not writable ({e.strerror}); choose a "
                              "directory you can write to") from None
+
+
+def prove_writable(directory) -> None:
+    """Makes and removes a file in `directory`; OSError if that cannot be done (permissions
+    say too little: root passes them, a read-only mount does not)."""
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".bert_tf-write-test-"):
+        pass
 
 
 # Compressed inputs are read transparently, by file name (what the corpora users download are).
@@ -59,6 +66,8 @@ _OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 # stray byte passes with a warning) is refused: it is binary, compressed or not UTF-8/16.
 MAX_REPLACED_SHARE = 0.01
 MAX_REPLACED_BYTES = 64
+# Text with more NUL bytes than this share is UTF-16 (ASCII letters take a NUL each) or binary.
+UTF16_NUL_SHARE = 0.2
 
 
 def open_input(path):
@@ -75,7 +84,7 @@ def read_bytes(path):
     with open_input(path) as f:
         try:
             return f.read()
-        except (OSError, EOFError, lzma.LZMAError) as e:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
             raise InputDataError(f"input file {path} is corrupt or truncated ({e}); "
                                  "download or decompress it again") from e
 
@@ -85,11 +94,29 @@ def read_text(path):
     return decode_text(read_bytes(path), path)
 
 
+def read_exact_text(path):
+    """The text of a file where a changed character would change the data (labels, words,
+    heads): InputDataError naming the line of the first byte that is not UTF-8."""
+    text, replaced = read_text(path)
+    if replaced:
+        line = text.count("\n", 0, text.index("\ufffd")) + 1
+        raise InputDataError(f"{path}:{line}: not UTF-8 ({replaced} undecodable byte(s) in the "
+                             "file); convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    return text
+
+
 def decode_text(raw, path):
     """UTF-8 (or UTF-16 with a byte-order mark) -> (text, count of undecodable bytes replaced
     by U+FFFD). Refuses input that is mostly undecodable (binary, or another encoding)."""
     if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
         return raw.decode("utf-16", errors="replace"), 0
+    if raw.count(0) > len(raw) * UTF16_NUL_SHARE:
+        # NUL is valid UTF-8: UTF-16 without a byte-order mark would decode to text with a
+        # NUL between the characters of every ASCII word.
+        raise InputDataError(
+            f"input file {path} is not text: {raw.count(0)} of its {len(raw)} bytes are NUL "
+            "(UTF-16 without a byte-order mark, or binary data); convert it to UTF-8 (e.g. "
+            "iconv -f UTF-16LE -t UTF-8) or add the byte-order mark")
     text = raw.decode("utf-8-sig" if raw[:3] == codecs.BOM_UTF8 else "utf-8", errors="replace")
     replaced = text.count("\ufffd") - raw.count("\ufffd".encode())
     if replaced > max(MAX_REPLACED_SHARE * len(raw), MAX_REPLACED_BYTES):

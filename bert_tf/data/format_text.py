@@ -14,6 +14,7 @@ Documents are dealt round-robin to the shards, so every shard mixes all input fi
 create_pretraining_data.py finds "random next" segments from other books in each shard.
 """
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -30,9 +31,13 @@ from bert_tf.data.files import (
     expand_patterns,
     read_text,
 )
+from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import OutputDirLock, replace_files_in
 
-# The output shards' names: part-00000-of-00003.txt ...
+# The output shards' names: part-00000-of-00003.txt ... (and their .tmp names before issue 37)
 _SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.txt")
+_SHARD_GLOBS = ("part-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].txt",
+                "part-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].txt.tmp")
 # Characters between which a line break is not a word break (CJK ideographs, kana, CJK
 # punctuation and full-width forms).
 _NO_SPACE_RANGES = ((0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
@@ -123,21 +128,26 @@ def line_documents(text):
 
 def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs",
                  max_document_chars=20000, min_document_chars=200):
-    """Writes output_dir/part-XXXXX-of-NNNNN.txt; returns statistics."""
-    if num_shards < 1:
-        raise FormatTextError(f"--num_shards={num_shards} must be at least 1")
+    """Writes output_dir/part-XXXXX-of-NNNNN.txt; returns statistics. The shards appear
+    together when all are written, an earlier run's shards (of any --num_shards) are then
+    removed, and a second run into the same directory at the same time is refused."""
+    check_number("num_shards", num_shards, at_least=1, integer=True, error=FormatTextError)
     try:
         check_writable(output_dir, "output_dir")
+        with OutputDirLock(output_dir), replace_files_in(output_dir, _SHARD_GLOBS) as staging:
+            return _write_shards(input_files, staging, num_shards, input_format,
+                                 max_document_chars, min_document_chars)
     except OutputDirError as e:
         raise FormatTextError(str(e)) from e
-    names = [os.path.join(output_dir, f"part-{i:05d}-of-{num_shards:05d}.txt")
-             for i in range(num_shards)]
+
+
+def _write_shards(input_files, directory, num_shards, input_format, max_document_chars,
+                  min_document_chars):
     stats = {"files": 0, "documents": 0, "sentences": 0, "replaced_bytes": 0}
-    try:
-        outputs = [open(f"{name}.tmp", "w", encoding="utf-8") for name in names]
-    except OSError as e:
-        raise FormatTextError(f"--output_dir {output_dir} is not writable ({e.strerror})") from e
-    try:
+    names = [os.path.join(directory, f"part-{i:05d}-of-{num_shards:05d}.txt")
+             for i in range(num_shards)]
+    with contextlib.ExitStack() as stack:
+        outputs = [stack.enter_context(open(name, "w", encoding="utf-8")) for name in names]
         for path in input_files:
             text = read_counted_text(path, stats)
             stats["files"] += 1
@@ -151,20 +161,12 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
                 out.write("\n".join(sentences) + "\n\n")
                 stats["documents"] += 1
                 stats["sentences"] += len(sentences)
-        if 0 < stats["documents"] < num_shards:
-            raise FormatTextError(
-                f"--num_shards={num_shards} but the input has only {stats['documents']} "
-                f"document(s): {num_shards - stats['documents']} shard(s) would be empty (and "
-                "create_pretraining_data refuses empty files); use --num_shards="
-                f"{stats['documents']} or fewer")
-    except BaseException:
-        for out in outputs:
-            out.close()
-            os.remove(out.name)
-        raise
-    for out, name in zip(outputs, names, strict=True):
-        out.close()
-        os.replace(out.name, name)
+    if 0 < stats["documents"] < num_shards:
+        raise FormatTextError(
+            f"--num_shards={num_shards} but the input has only {stats['documents']} "
+            f"document(s): {num_shards - stats['documents']} shard(s) would be empty (and "
+            "create_pretraining_data refuses empty files); use --num_shards="
+            f"{stats['documents']} or fewer")
     if not stats["documents"]:
         print("format_text: warning: the input has no text; the shards are empty",
               file=sys.stderr)

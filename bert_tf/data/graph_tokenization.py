@@ -1,6 +1,6 @@
 """FullTokenizer's ids computed inside a TensorFlow graph, for exported models that take raw text.
 
-bert_tf.data.tokenization normalises text in Python (Google BasicTokenizer's cleaning,
+bert_tf.data.normalization normalises text in Python (Google BasicTokenizer's cleaning,
 lower-casing, NFD and accent stripping, over-long words -> [UNK]) and then runs
 tensorflow-text's FastBertTokenizer. A SavedModel cannot call Python, so `GraphTokenizer` does
 each normalisation step with TensorFlow string ops instead (RE2 regular expressions on Unicode
@@ -17,20 +17,20 @@ such models the id-level signature only.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_tf.data.tokenization import _CJK_RANGES, _UNK_CHAR, MAX_CHARS_PER_WORD
+from bert_tf.data.normalization import CJK_RANGES, MAX_CHARS_PER_WORD, UNK_CHAR
 
-# Google's BasicTokenizer ends a word at ASCII punctuation (tokenization._splits_word), any
+# Google's BasicTokenizer ends a word at ASCII punctuation (normalization.splits_word), any
 # Unicode punctuation (category P) and CJK ideographs; as an RE2 character class body.
 _ASCII_PUNCTUATION = r"\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}"
 SPLIT_CLASS = _ASCII_PUNCTUATION + r"\p{P}" + "".join(
-    rf"\x{{{lo:X}}}-\x{{{hi:X}}}" for lo, hi in _CJK_RANGES)
+    rf"\x{{{lo:X}}}-\x{{{hi:X}}}" for lo, hi in CJK_RANGES)
 # Whitespace as Google's _is_whitespace, and what _is_control drops (Cc, Cf, NUL, U+FFFD).
 _WHITESPACE = r"[\t\n\r\p{Zs}]"
 _DROPPED = r"[\p{Cc}\p{Cf}\x{FFFD}]"
-# What separates the words tokenization._mark_overlong_words measures.
+# What separates the words normalization._mark_overlong_words measures.
 _WORD_BOUNDARY = rf"[ {SPLIT_CLASS}]"
 # The word splitters exporters can run in a graph (Google's BasicTokenizer rules).
-GRAPH_WORD_SPLITTERS = ("basic",)
+GRAPH_WORD_SPLITTERS = ("bert",)
 
 
 def needs_python_word_splitter(word_splitter: str) -> bool:
@@ -42,8 +42,18 @@ def needs_python_word_splitter(word_splitter: str) -> bool:
     return word_splitter not in GRAPH_WORD_SPLITTERS
 
 
+def graph_word_splitter(spec) -> str:
+    """The word splitter an exporter records for a TokenizerSpec (tokenizer_spec.py): "bert"
+    only for what GraphTokenizer reproduces (Google's rules, WordPiece, no NFKC, accents
+    stripped exactly when lower-casing, CJK split); anything else names what needs Python."""
+    google = (spec.word_tokenizer_type == "bert" and spec.subword_tokenizer_type == "wordpiece"
+              and spec.normalization == "none" and spec.strip_accents == spec.do_lower_case
+              and spec.tokenize_chinese_chars)
+    return "bert" if google else f"{spec.word_tokenizer_type}/{spec.subword_tokenizer_type}"
+
+
 def normalize_text(texts: tf.Tensor, do_lower_case: bool) -> tf.Tensor:
-    """tokenization.normalize_text on a string tensor, in graph ops.
+    """normalization.normalize_text on a string tensor, in graph ops.
 
     Args:
       texts: tf.string tensor of any shape (UTF-8).
@@ -61,14 +71,14 @@ def normalize_text(texts: tf.Tensor, do_lower_case: bool) -> tf.Tensor:
 
 
 def _mark_overlong_words(texts: tf.Tensor) -> tf.Tensor:
-    """Each word of over MAX_CHARS_PER_WORD characters -> _UNK_CHAR, as tokenization does.
+    """Each word of over MAX_CHARS_PER_WORD characters -> UNK_CHAR, as tokenization does.
 
     Split and rejoined rather than one regex_replace of `[^ ...]{201,}`: RE2 runs out of DFA
     memory on that repetition of a large class and falls back to its slow NFA."""
     shape = tf.shape(texts)
     parts = tf_text.regex_split(tf.reshape(texts, [-1]), _WORD_BOUNDARY, _WORD_BOUNDARY)
     long = tf.strings.length(parts.flat_values, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
-    parts = parts.with_flat_values(tf.where(long, _UNK_CHAR, parts.flat_values))
+    parts = parts.with_flat_values(tf.where(long, UNK_CHAR, parts.flat_values))
     return tf.reshape(tf.strings.reduce_join(parts, axis=-1), shape)
 
 

@@ -19,18 +19,23 @@ TF_OPS = types.SimpleNamespace(round=tf.math.round, maximum=tf.maximum, minimum=
 class DynamicMasking:
     """RoBERTa-style masking chosen per batch in the pipeline (records are written unmasked with
     create_pretraining_data.py --dynamic_masking). Ids are the vocab's; Google's rules: pick
-    records.num_to_predict non-special tokens, then 80% [MASK], 10% a random vocab id, 10%
-    unchanged."""
+    records.num_to_predict non-special tokens (or whole words of them), then 80% [MASK], 10% a
+    random vocab id, 10% unchanged."""
 
     vocab_size: int
     mask_id: int
     special_ids: tuple[int, ...]  # never masked: [CLS], [SEP], [PAD]
     masked_lm_prob: float = 0.15
+    # Whole-word masking: whether each vocab id begins a word of the tokenizer's word splitter
+    # (FullTokenizer.word_start_table: the records keep Google's schema, the ids say it); None
+    # masks single pieces.
+    word_start_table: tuple[bool, ...] | None = None
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, masked_lm_prob=0.15):
+    def from_tokenizer(cls, tokenizer, masked_lm_prob=0.15, whole_word=False):
+        table = tuple(tokenizer.word_start_table().tolist()) if whole_word else None
         return cls(tokenizer.vocab_size, tokenizer.mask_id,
-                   (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), masked_lm_prob)
+                   (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id), masked_lm_prob, table)
 
 
 def _to_model_types(record):
@@ -57,12 +62,11 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
     num_to_mask = tf.cast(num_to_predict(tf.cast(num_tokens, tf.float32), masking.masked_lm_prob,
                                          max_predictions_per_seq, ops=TF_OPS), tf.int32)
     num_to_mask = tf.minimum(num_to_mask, tf.reduce_sum(tf.cast(candidate, tf.int32), 1))
-    # A uniform random subset of the candidates: the top-k of random keys.
-    keys = tf.random.stateless_uniform(shape, seeds[0])
-    keys = tf.where(candidate, keys, -1.0)
-    _, top = tf.math.top_k(keys, k=max_predictions_per_seq)
-    valid = tf.range(max_predictions_per_seq)[None, :] < num_to_mask[:, None]
-    positions = tf.sort(tf.where(valid, top, seq_length), axis=1)  # invalid ones sort last
+    if masking.word_start_table is None:
+        positions = _random_pieces(candidate, num_to_mask, max_predictions_per_seq, seeds[0])
+    else:
+        positions = _random_whole_words(input_ids, candidate, num_to_mask, masking,
+                                        max_predictions_per_seq, seeds[0])
     valid = positions < seq_length
     positions = tf.where(valid, positions, 0)
     original = tf.gather(input_ids, positions, batch_dims=1)
@@ -83,6 +87,48 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
         "masked_lm_ids": tf.where(valid, original, 0),
         "masked_lm_weights": tf.cast(valid, tf.float32),
     }
+
+
+def _random_pieces(candidate, num_to_mask, max_predictions_per_seq, seed):
+    """A uniform random subset of the candidates, the top-k of random keys -> positions
+    [B, P] in increasing order, seq_length where unused."""
+    seq_length = tf.shape(candidate)[1]
+    keys = tf.where(candidate, tf.random.stateless_uniform(tf.shape(candidate), seed), -1.0)
+    _, top = tf.math.top_k(keys, k=max_predictions_per_seq)
+    valid = tf.range(max_predictions_per_seq)[None, :] < num_to_mask[:, None]
+    return tf.sort(tf.where(valid, top, seq_length), axis=1)  # invalid ones sort last
+
+
+def _random_whole_words(input_ids, candidate, num_to_mask, masking, max_predictions_per_seq,
+                        seed):
+    """Google's whole-word rule in the graph: words in random order, a word that would
+    overflow num_to_mask skipped -> positions [B, P] in increasing order, seq_length where
+    unused. A word starts at a word-initial id or after a non-candidate ([CLS], [SEP])."""
+    shape = tf.shape(input_ids)
+    batch_size, seq_length = shape[0], shape[1]
+    after_candidate = tf.pad(candidate[:, :-1], [[0, 0], [1, 0]])
+    starts = candidate & (tf.gather(tf.constant(masking.word_start_table), input_ids)
+                          | ~after_candidate)
+    word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # word index of each position
+    word = tf.where(candidate, word, seq_length - 1)
+    rows = tf.broadcast_to(tf.range(batch_size)[:, None], shape)
+    slot = rows * seq_length + tf.maximum(word, 0)
+    lengths = tf.reshape(tf.math.unsorted_segment_sum(
+        tf.cast(candidate, tf.int32), slot, batch_size * seq_length), shape)  # per word
+    order = tf.argsort(tf.random.stateless_uniform(shape, seed), axis=1)
+    sorted_lengths = tf.gather(lengths, order, batch_dims=1)
+
+    def take(count, length):  # Google: skip a word that would overflow, keep going
+        fits = (length > 0) & (count + length <= num_to_mask)
+        return count + tf.where(fits, length, 0)
+    counts = tf.scan(take, tf.transpose(sorted_lengths), tf.zeros([batch_size], tf.int32))
+    taken_sorted = tf.transpose(counts) > tf.pad(tf.transpose(counts)[:, :-1], [[0, 0], [1, 0]])
+    taken = tf.gather(taken_sorted, tf.argsort(order, axis=1), batch_dims=1)
+    chosen = candidate & tf.gather(taken, tf.maximum(word, 0), batch_dims=1)
+    # Chosen positions first, in increasing order: the top-k of (seq_length - position).
+    score = tf.where(chosen, seq_length - tf.range(seq_length)[None, :], 0)
+    top_score, _ = tf.math.top_k(score, k=max_predictions_per_seq)
+    return tf.where(top_score > 0, seq_length - top_score, seq_length)
 
 
 # Files read interleaved at a time (NVIDIA's cycle_length), and the unit a resume skips.
@@ -146,28 +192,52 @@ def training_records(files, rank, num_ranks, seed, buffer_size, skip_records=0):
     return epochs.flat_map(epoch_records).skip(skip_in_group)
 
 
+class _RecordCounts(dict):
+    """path -> records, counted from the file's headers (records.count_records) when first
+    needed."""
+
+    def __missing__(self, path):
+        self[path] = count_records(path)
+        return self[path]
+
+
 def group_sizes(layout: RecordLayout, seed, epoch, file_records: dict) -> list[int]:
     """The records this rank reads from each group of epoch `epoch`, given the records of
     each file."""
-    order = [f.decode() for f in _epoch_order(tf.constant(layout.files), seed, epoch).numpy()]
-    sizes = []
-    for start in range(0, len(order), FILES_PER_GROUP):
-        total = sum(file_records[f] for f in order[start:start + FILES_PER_GROUP])
-        if layout.shard:
-            num_ranks, rank = layout.shard
-            total = len(range(rank, total, num_ranks))
-        sizes.append(total)
-    return sizes
+    order = _order_of(layout, seed, epoch)
+    return [_group_size(layout, order, group, file_records) for group in range(layout.num_groups)]
+
+
+def _order_of(layout: RecordLayout, seed, epoch) -> list[str]:
+    return [f.decode() for f in _epoch_order(tf.constant(layout.files), seed, epoch).numpy()]
+
+
+def _group_size(layout: RecordLayout, order, group, file_records) -> int:
+    total = sum(file_records[f] for f in order[group * FILES_PER_GROUP:
+                                                (group + 1) * FILES_PER_GROUP])
+    if layout.shard:
+        num_ranks, rank = layout.shard
+        total = len(range(rank, total, num_ranks))
+    return total
 
 
 def resume_point(layout: RecordLayout, seed, skip_records) -> tuple[int, int, int]:
     """(epoch, group, records into that group) at which this rank's stream resumes after
-    `skip_records`; the files' records are counted from their headers, unread."""
+    `skip_records`; the files' records are counted from their headers, unread, and within the
+    first epoch only those of the groups up to the position (a resume early in the data does
+    not read through the rank's whole share)."""
     if not skip_records:
         return 0, 0, 0
-    file_records = {f: count_records(f) for f in layout.files}
+    file_records = _RecordCounts()
+    order, rest = _order_of(layout, seed, 0), skip_records
+    for group in range(layout.num_groups):
+        size = _group_size(layout, order, group, file_records)
+        if rest < size:
+            return 0, group, rest
+        rest -= size
+    # Past the first epoch: every file is counted by now.
     epoch, rest = 0, skip_records
-    total = sum(file_records.values())
+    total = sum(file_records[f] for f in layout.files)
     if layout.shard is None and total:  # whole files: every epoch reads every record once
         epoch, rest = divmod(rest, total)
     sizes = group_sizes(layout, seed, epoch, file_records)

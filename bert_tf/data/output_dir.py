@@ -1,30 +1,153 @@
-"""What every command checks of the directory it writes: not another job's files, and not
-in use by a second run at the same time."""
+"""What every command checks of the directory it writes, before any work: a directory (not a
+file), writable (on a read-only mount too), not another job's when the command replaces all of
+it, and not in use by a second run at the same time; and how a command replaces its earlier
+output there without leaving a partial or stale one, or touching other files.
+
+    check_output_dir(config.output_dir, "output_dir")   # before any computation
+    with OutputDirLock(config.output_dir), replace_files_in(config.output_dir,
+                                                            REPORT_FILES) as staging:
+        write_report(staging)
+"""
 
 import contextlib
+import fnmatch
 import os
+import shutil
 import socket
+import tempfile
 
-from bert_tf.data.files import OutputDirError
+from bert_tf.data.files import OutputDirError, prove_writable
 
 LOCK_FILE = ".bert_tf.lock"
+# Names this package keeps in an output directory: the lock, the owner mark, staging dirs.
+OWN_PREFIX = ".bert_tf"
+OWNER_FILE = ".bert_tf-owner"
 
 
 def check_new_output_dir(directory, flag, holds="files"):
     """Refuses an output directory that already holds files: the command would replace them
     (e.g. another run's checkpoint). A missing or empty directory (or one holding only the
     lock of the run that checks) is fine."""
-    try:
-        entries = sorted(set(os.listdir(directory)) - {LOCK_FILE})
-    except FileNotFoundError:
-        return
-    except NotADirectoryError:
-        raise OutputDirError(f"--{flag}={directory} is a file, not a directory") from None
+    entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
     if entries:
-        shown = ", ".join(entries[:3]) + (" ..." if len(entries) > 3 else "")
-        raise OutputDirError(f"--{flag}={directory} is not empty (it holds {shown}); writing "
-                             f"{holds} there would replace them: choose a new or empty "
+        raise OutputDirError(f"--{flag}={directory} is not empty (it holds {_some(entries)}); "
+                             f"writing {holds} there would replace them: choose a new or empty "
                              "directory")
+
+
+def check_output_dir(directory, flag, command=None):
+    """The one up-front check of a command's output directory (it creates nothing: a run
+    refused later leaves no empty directory behind).
+
+    Args:
+      directory: the directory the command writes.
+      flag: its flag name, for the messages (--flag=directory).
+      command: for a command that replaces the whole directory (the demo): the directory
+        must be missing, empty, or marked by `mark_as_owned(directory, command)` in an
+        earlier run. Without it, the command replaces only its own files (replace_files_in)
+        and leaves others there.
+
+    Returns:
+      The absolute path of the directory.
+
+    Raises:
+      OutputDirError: it is a file, holds files `command` did not make (another job's work,
+        which would be lost), or cannot be created or written.
+    """
+    directory = os.path.abspath(directory)
+    entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
+    if command is not None and entries and _owner(directory) != command:
+        raise OutputDirError(f"--{flag}={directory} holds files not made by an earlier "
+                             f"{command} run ({_some(entries)}); {command} replaces the whole "
+                             "directory: choose a new or empty one")
+    _check_creatable(directory, flag)
+    return directory
+
+
+def _check_creatable(directory, flag) -> None:
+    """Proves a file can be made in `directory`, or in its nearest existing ancestor when it
+    does not exist yet (a read-only mount, a path under a file)."""
+    existing = directory
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise OutputDirError(f"--{flag}={directory} is not writable ({existing} is a file); "
+                             "choose a directory you can write to")
+    try:
+        prove_writable(existing)
+    except OSError as e:
+        raise OutputDirError(f"--{flag}={directory} is not writable ({existing}: {e.strerror})"
+                             "; choose a directory you can write to") from None
+
+
+def mark_as_owned(directory, command) -> None:
+    """Marks `directory` (which `command` made) as all its own, for check_output_dir."""
+    with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as f:
+        f.write(command + "\n")
+
+
+def _some(entries) -> str:
+    return ", ".join(entries[:3]) + (" ..." if len(entries) > 3 else "")
+
+
+def _owner(directory):
+    try:
+        with open(os.path.join(directory, OWNER_FILE), encoding="utf-8") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _entries(directory, flag) -> list:
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        if not os.path.isfile(directory):  # a path under a file: _check_creatable says so
+            return []
+        raise OutputDirError(f"--{flag}={directory} is a file, not a directory") from None
+
+
+@contextlib.contextmanager
+def replace_files_in(directory, owned=()):
+    """Yields an empty staging directory inside `directory`; when the block succeeds, moves
+    every file written there into `directory`, then removes the files matching `owned` (glob
+    patterns) that this run did not write: an earlier run's, which would contradict this one.
+    A failure leaves `directory` as it was (and removes it if this call created it). Staging
+    inside the directory keeps each move a rename on one file system (a staging directory
+    beside a mount point would not be).
+    """
+    created = not os.path.exists(directory)
+    os.makedirs(directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f"{OWN_PREFIX}-staging-", dir=directory)
+    try:
+        try:
+            yield staging
+        except BaseException:
+            if created:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
+        written = set()
+        for root, _, files in os.walk(staging):
+            relative_dir = os.path.relpath(root, staging)
+            os.makedirs(os.path.join(directory, relative_dir), exist_ok=True)
+            for name in files:
+                relative = os.path.normpath(os.path.join(relative_dir, name))
+                os.replace(os.path.join(root, name), os.path.join(directory, relative))
+                written.add(relative)
+        _remove_stale(directory, owned, written)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale(directory, owned, written) -> None:
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(OWN_PREFIX)]
+        for name in files:
+            relative = os.path.relpath(os.path.join(root, name), directory)
+            if relative not in written and any(fnmatch.fnmatch(relative, p) for p in owned):
+                os.remove(os.path.join(directory, relative))
 
 
 class OutputDirLock:

@@ -14,6 +14,9 @@ shuffled) and Google's TFRecord schema. Differences, for speed and bounded memor
 - Masking is drawn with numpy over all instances of a shard at once, and records are serialized
   by a vectorised encoder of the fixed tf.train.Example layout (parsed back identically by TF).
 - Whole-word masking never joins a "##" piece at the start of segment B to the last word of A.
+
+Pairs and their id arrays: bert_tf.data.instances; masking: bert_tf.data.masking; running the
+shards over ranks and workers: bert_tf.data.shard_jobs.
 """
 
 import collections
@@ -21,12 +24,11 @@ import dataclasses
 import functools
 import os
 import random
-import sys
 import time
 
 import numpy as np
 
-from bert_tf.data import workers
+from bert_tf.data import shard_jobs
 from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
@@ -34,7 +36,10 @@ from bert_tf.data.files import (
     expand_patterns,
     read_text,
 )
-from bert_tf.data.records import feature_lengths, num_to_predict, serialize_examples
+from bert_tf.data.instances import assemble_tokens, create_pairs
+from bert_tf.data.masking import choose_masks
+from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.records import feature_lengths, serialize_examples
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
 TOKENIZE_BATCH_LINES = 8192
@@ -67,29 +72,29 @@ class InstanceConfig:
             raise PretrainingDataError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} must be between 1 and "
                 f"max_seq_length-3={self.max_seq_length - 3} (the tokens a sequence can mask)")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise PretrainingDataError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1)")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise PretrainingDataError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
-        if self.dupe_factor < 1:
-            raise PretrainingDataError(f"--dupe_factor={self.dupe_factor} must be at least 1")
+        error = PretrainingDataError
+        check_number("masked_lm_prob", self.masked_lm_prob, above=0, below=1, error=error)
+        check_number("short_seq_prob", self.short_seq_prob, at_least=0, at_most=1, error=error)
+        check_number("dupe_factor", self.dupe_factor, at_least=1, integer=True, error=error)
         if self.dynamic_masking and (self.do_whole_word_mask or self.masked_lm_prob != 0.15):
             # The records carry no masks: training chooses them with input_pipeline's
-            # DynamicMasking, which masks single WordPieces at 15%, so these would be ignored.
+            # DynamicMasking at 15%, so these would be ignored.
             raise PretrainingDataError(
                 "--dynamic_masking writes unmasked records, and run_pretraining.py "
-                "--dynamic_masking masks single WordPieces with probability 0.15: it cannot honour "
+                "--dynamic_masking masks with probability 0.15: it cannot honour "
                 f"--do_whole_word_mask={self.do_whole_word_mask} / "
-                f"--masked_lm_prob={self.masked_lm_prob}. Drop those flags, or write masked "
-                "records (without --dynamic_masking) to use them")
+                f"--masked_lm_prob={self.masked_lm_prob}. Drop those flags (pass "
+                "--do_whole_word_mask to run_pretraining.py), or write masked records (without "
+                "--dynamic_masking) to use them")
 
 
 # --------------------------------------------------------------------------- reading + tokenizing
 
 
 def read_documents(path, tokenizer, stats):
-    """Tokenizes one input file -> (flat token ids, sentence [start, end) offsets into them,
-    document [first, last+1) sentence ranges). Undecodable bytes are replaced and counted."""
+    """Tokenizes one input file -> (flat token ids, whether each begins a word of the word
+    splitter, sentence [start, end) offsets into them, document [first, last+1) sentence
+    ranges). Undecodable bytes are replaced and counted."""
     try:
         text, replaced = read_text(path)
     except InputDataError as e:
@@ -99,12 +104,15 @@ def read_documents(path, tokenizer, stats):
     lines = [line.strip() for line in text.split("\n")]
     del text
     nonblank = [line for line in lines if line]
-    flat_parts, length_parts = [], []
+    flat_parts, start_parts, length_parts = [], [], []
     for i in range(0, len(nonblank), TOKENIZE_BATCH_LINES):
-        ids, splits = tokenizer.tokenize_ids_batch(nonblank[i:i + TOKENIZE_BATCH_LINES])
+        ids, splits, word_starts = tokenizer.tokenize_words_batch(
+            nonblank[i:i + TOKENIZE_BATCH_LINES])
         flat_parts.append(ids)
+        start_parts.append(word_starts)
         length_parts.append(np.diff(splits))
     flat = np.concatenate(flat_parts) if flat_parts else np.zeros([0], np.int32)
+    word_starts = np.concatenate(start_parts) if start_parts else np.zeros([0], bool)
     lengths = np.concatenate(length_parts) if length_parts else np.zeros([0], np.int64)
     ends = np.cumsum(lengths)
     starts = ends - lengths
@@ -127,201 +135,44 @@ def read_documents(path, tokenizer, stats):
     stats["documents"] += len(doc_ranges)
     stats["sentences"] += len(keep)
     stats["input_tokens"] += int(flat.size)
-    return flat, starts[keep], ends[keep], doc_ranges
-
-
-# --------------------------------------------------------------------------- instance creation
-
-
-def create_pairs(sentence_starts, sentence_ends, doc_ranges, config, rng, stats):
-    """Google's segment-pair algorithm over one shard's documents, `dupe_factor` passes.
-
-    Returns int64 array [n, 5]: a_start, a_end, b_start, b_end (offsets into the shard's flat
-    token ids, after truncation) and is_random_next.
-    """
-    max_num_tokens = config.max_seq_length - 3
-    lengths = (sentence_ends - sentence_starts).tolist()
-    starts, ends = sentence_starts.tolist(), sentence_ends.tolist()
-    stats["long_sentences"] += sum(n > max_num_tokens for n in lengths)
-    pairs = []
-    num_docs = len(doc_ranges)
-    for _ in range(config.dupe_factor):
-        for doc_index, (first, stop) in enumerate(doc_ranges):
-            target = max_num_tokens
-            if rng.random() < config.short_seq_prob:
-                target = rng.randint(2, max_num_tokens)
-            chunk_first, chunk_length, i = first, 0, first
-            while i < stop:
-                chunk_length += lengths[i]
-                if i == stop - 1 or chunk_length >= target:
-                    num_chunk = i - chunk_first + 1
-                    a_sentences = rng.randint(1, num_chunk - 1) if num_chunk >= 2 else 1
-                    a_start, a_end = starts[chunk_first], ends[chunk_first + a_sentences - 1]
-                    if num_chunk == 1 or rng.random() < 0.5:
-                        is_random_next = 1
-                        target_b = target - (a_end - a_start)
-                        for _ in range(10):
-                            other = rng.randint(0, num_docs - 1)
-                            if other != doc_index:
-                                break
-                        other_first, other_stop = doc_ranges[other]
-                        j = rng.randint(other_first, other_stop - 1)
-                        b_start, b_end = starts[j], ends[j]
-                        while b_end - b_start < target_b and j + 1 < other_stop:
-                            j += 1
-                            b_end = ends[j]
-                        # The chunk's unused sentences start the next chunk.
-                        i -= num_chunk - a_sentences
-                    else:
-                        is_random_next = 0
-                        b_start, b_end = ends[chunk_first + a_sentences - 1], ends[i]
-                    pairs.append(_truncate_pair(a_start, a_end, b_start, b_end, is_random_next,
-                                                max_num_tokens, rng, stats))
-                    chunk_first, chunk_length = i + 1, 0
-                i += 1
-    return np.asarray(pairs, np.int64).reshape(-1, 5)
-
-
-def _truncate_pair(a_start, a_end, b_start, b_end, is_random_next, max_num_tokens, rng, stats):
-    """Google's truncate_seq_pair in closed form: tokens leave the longer segment (B on ties) one
-    at a time, each from its front or back with probability 1/2."""
-    len_a, len_b = a_end - a_start, b_end - b_start
-    excess = len_a + len_b - max_num_tokens
-    if excess > 0:
-        stats["truncated_instances"] += 1
-        stats["truncated_tokens"] += excess
-        first = min(excess, abs(len_a - len_b))
-        rest = excess - first
-        cut_a = rest // 2 + (first if len_a > len_b else 0)
-        cut_b = rest - rest // 2 + (0 if len_a > len_b else first)
-        front_a = rng.getrandbits(cut_a).bit_count() if cut_a else 0
-        front_b = rng.getrandbits(cut_b).bit_count() if cut_b else 0
-        a_start, a_end = a_start + front_a, a_end - (cut_a - front_a)
-        b_start, b_end = b_start + front_b, b_end - (cut_b - front_b)
-    return a_start, a_end, b_start, b_end, is_random_next
-
-
-def assemble_tokens(flat, pairs, tokenizer, max_seq_length):
-    """[CLS] A [SEP] B [SEP] + padding for every pair at once -> (input_ids, segment_ids,
-    lengths) with input_ids/segment_ids int64 [n, S]."""
-    position = np.arange(max_seq_length)[None, :]
-    a_start, a_end, b_start, b_end = (pairs[:, k:k + 1] for k in range(4))
-    len_a, len_b = a_end - a_start, b_end - b_start
-    in_a = (position >= 1) & (position <= len_a)
-    in_b = (position >= len_a + 2) & (position <= len_a + len_b + 1)
-    source = np.where(in_a, a_start + position - 1, np.where(in_b, b_start + position - len_a - 2, 0))
-    input_ids = np.where(in_a | in_b, flat[np.minimum(source, max(flat.size - 1, 0))],
-                         tokenizer.pad_id).astype(np.int64)
-    input_ids[:, 0] = tokenizer.cls_id
-    rows = np.arange(len(pairs))
-    input_ids[rows, len_a[:, 0] + 1] = tokenizer.sep_id
-    input_ids[rows, (len_a + len_b)[:, 0] + 2] = tokenizer.sep_id
-    lengths = (len_a + len_b + 3)[:, 0]
-    segment_ids = ((position >= len_a + 2) & (position < lengths[:, None])).astype(np.int64)
-    return input_ids, segment_ids, lengths
-
-
-def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_starts, rng):
-    """Google's create_masked_lm_predictions for a batch of instances.
-
-    Returns (masked input_ids, positions [n, P], label ids [n, P], weights [n, P], counts) where
-    counts tallies the 80/10/10 decisions. word_starts (bool per vocab id, for whole-word masking)
-    is None for per-token masking.
-    """
-    n, seq_length = input_ids.shape
-    max_predictions = config.max_predictions_per_seq
-    position = np.arange(seq_length)[None, :]
-    len_a = segment_lengths_a[:, None]
-    candidate = ((position >= 1) & (position <= len_a)) | (
-        (position >= len_a + 2) & (position < lengths[:, None] - 1))
-    num_to_mask = num_to_predict(lengths, config.masked_lm_prob, max_predictions).astype(np.int64)
-    keys = rng.random((n, seq_length))
-    if word_starts is None:
-        order = np.argsort(np.where(candidate, keys, 2.0), axis=1)[:, :max_predictions]
-        chosen = np.arange(max_predictions)[None, :] < np.minimum(
-            num_to_mask, candidate.sum(1))[:, None]
-        positions = np.sort(np.where(chosen, order, seq_length), axis=1)
-    else:
-        positions = _choose_whole_words(input_ids, candidate, keys, num_to_mask, word_starts,
-                                        max_predictions, seq_length)
-    valid = positions < seq_length
-    positions = np.where(valid, positions, 0)
-    rows = np.arange(n)[:, None]
-    labels = np.where(valid, input_ids[rows, positions], 0)
-    decision = rng.random(positions.shape)
-    random_ids = rng.integers(0, tokenizer.vocab_size, positions.shape)
-    replacement = np.where(decision < 0.8, tokenizer.mask_id,
-                           np.where(decision < 0.9, labels, random_ids))
-    masked = input_ids.copy()
-    masked[np.broadcast_to(rows, positions.shape)[valid], positions[valid]] = replacement[valid]
-    counts = {
-        "masked": int(valid.sum()),
-        "masked_as_mask": int((valid & (decision < 0.8)).sum()),
-        "masked_kept": int((valid & (decision >= 0.8) & (decision < 0.9)).sum()),
-        "masked_random": int((valid & (decision >= 0.9)).sum()),
-    }
-    return masked, positions, labels, valid.astype(np.float32), counts
-
-
-def _choose_whole_words(input_ids, candidate, keys, num_to_mask, word_starts, max_predictions,
-                        seq_length):
-    """Whole words in random order, skipping a word that would overflow num_to_mask (Google)."""
-    continues = candidate & ~word_starts[input_ids]
-    continues[:, 1:] &= candidate[:, :-1]
-    positions = np.full((len(input_ids), max_predictions), seq_length, np.int64)
-    for row in range(len(input_ids)):
-        token_positions = np.flatnonzero(candidate[row])
-        word_first = token_positions[~continues[row, token_positions]]
-        word_ends = np.append(word_first[1:], seq_length)
-        chosen = []
-        limit = num_to_mask[row]
-        for w in np.argsort(keys[row, :len(word_first)]):
-            if len(chosen) >= limit:
-                break
-            word = token_positions[(token_positions >= word_first[w])
-                                   & (token_positions < word_ends[w])]
-            if len(chosen) + len(word) <= limit:
-                chosen.extend(word.tolist())
-        positions[row, :len(chosen)] = sorted(chosen)
-    return positions
+    return flat, word_starts, starts[keep], ends[keep], doc_ranges
 
 
 # --------------------------------------------------------------------------- one shard
 
 
 @functools.cache
-def _tokenizer(vocab_file, do_lower_case):
-    from bert_tf.data.tokenization import FullTokenizer
+def _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch):
+    from bert_tf.data.tokenization import load_tokenizer
 
-    return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+    return load_tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch)
 
 
-def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case, config):
+def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case, config,
+                  allow_dictionary_mismatch=False):
     """Input file -> instances written round-robin to part_paths (temporary names). Returns
-    a Counter of statistics."""
+    a Counter of statistics. do_lower_case None: the vocab's tokenizer spec decides."""
     import tensorflow as tf
 
     stats = collections.Counter(shards=1)
     started = time.perf_counter()
-    tokenizer = _tokenizer(vocab_file, do_lower_case)
-    flat, sentence_starts, sentence_ends, doc_ranges = read_documents(input_path, tokenizer, stats)
+    tokenizer = _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch)
+    flat, flat_word_starts, sentence_starts, sentence_ends, doc_ranges = read_documents(
+        input_path, tokenizer, stats)
     rng = random.Random(f"{config.random_seed}:{shard_index}")
     np_rng = np.random.default_rng([config.random_seed, shard_index])
     pairs = (create_pairs(sentence_starts, sentence_ends, doc_ranges, config, rng, stats)
              if doc_ranges else np.zeros([0, 5], np.int64))
     pairs = pairs[np_rng.permutation(len(pairs))]
-    word_starts = None
-    if config.do_whole_word_mask:
-        word_starts = np.array([not tokenizer.inv_vocab.get(i, "").startswith("##")
-                                for i in range(tokenizer.vocab_size)])
     lengths_by_name = feature_lengths(config.max_seq_length, config.max_predictions_per_seq)
     writers = [tf.io.TFRecordWriter(path) for path in part_paths]
     try:
         written = 0
         for begin in range(0, len(pairs), ENCODE_BATCH):
             batch = pairs[begin:begin + ENCODE_BATCH]
-            input_ids, segment_ids, lengths = assemble_tokens(flat, batch, tokenizer,
-                                                              config.max_seq_length)
+            input_ids, segment_ids, lengths, word_starts = assemble_tokens(
+                flat, batch, tokenizer, config.max_seq_length,
+                flat_word_starts if config.do_whole_word_mask else None)
             n = len(batch)
             predictions = lengths_by_name["masked_lm_positions"]
             if config.dynamic_masking:
@@ -391,27 +242,16 @@ def check_output_dirs(output_files):
             raise PretrainingDataError(str(e)) from e
 
 
-def mpi_comm():
-    """The MPI world communicator when launched by mpirun with more than one rank, else None."""
-    size_vars = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE")
-    if not any(int(os.environ.get(v, "1")) > 1 for v in size_vars):
-        return None
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-def _single_threaded_cpu_tensorflow():
-    """Worker processes already fill the cores; TF's own thread pools would oversubscribe them.
-    They compute on the CPU: on a GPU node each would otherwise create a context on every GPU,
-    and TensorFlow reserve most of their memory. Before the worker's first op: CUDA reads the
-    variable when TensorFlow initialises it."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    import tensorflow as tf
-
-    tf.config.set_visible_devices([], "GPU")
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+def _check_not_an_input(outputs, input_files, vocab_file) -> None:
+    """An output that is an input file or the vocab would replace it with records."""
+    inputs = {os.path.realpath(p): "--input_file" for p in input_files}
+    inputs[os.path.realpath(vocab_file)] = "--vocab_file"
+    for output in outputs:
+        flag = inputs.get(os.path.realpath(output))
+        if flag:
+            raise PretrainingDataError(f"--output_file={output} is also {flag}: writing records "
+                                       "there would replace that file; choose another "
+                                       "--output_file")
 
 
 def _run_shard(job):
@@ -430,36 +270,42 @@ def _input_files(input_file):
     return input_files
 
 
-def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config):
+def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config,
+              allow_dictionary_mismatch=False):
     """Validates the flags -> (input files, output files, process_shard jobs, parts of each
     output in input order)."""
-    from bert_tf.data.tokenization import load_vocab
+    from bert_tf.data.tokenization import resolve_spec
 
     config.validate()
     input_files = _input_files(input_file)
-    load_vocab(vocab_file)  # fail early on a bad vocab
+    # Fail early on a bad vocab, or flags or a dictionary that contradict its spec.
+    resolve_spec(vocab_file, do_lower_case, allow_dictionary_mismatch)
     outputs = resolve_output_files(output_file, len(input_files))
     if not outputs:
         raise PretrainingDataError("--output_file is empty")
     check_output_dirs(outputs)
+    _check_not_an_input(outputs, input_files, vocab_file)
     targets = assign_parts(len(input_files), len(outputs))
     jobs = [(i, path, [_part_path(outputs[j], i) for j in targets[i]], vocab_file,
-             do_lower_case, config) for i, path in enumerate(input_files)]
+             do_lower_case, config, allow_dictionary_mismatch)
+            for i, path in enumerate(input_files)]
     parts = [[_part_path(output, i) for i in range(len(input_files)) if j in targets[i]]
              for j, output in enumerate(outputs)]
     return input_files, outputs, jobs, parts
 
 
-def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
-                            config=InstanceConfig(), num_workers=1, progress=True):
+def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=None,
+                            config=InstanceConfig(), num_workers=1, progress=True,
+                            allow_dictionary_mismatch=False):
     """The whole run: validates, spreads input shards over MPI ranks and worker processes,
     writes outputs under temporary names and renames them when all are complete. Returns the
     summary dict (on MPI rank 0 the totals; other ranks return None)."""
     if num_workers < 1:
         raise PretrainingDataError(f"--num_workers={num_workers} must be at least 1")
     input_files, outputs, jobs, parts = plan_jobs(input_file, output_file, vocab_file,
-                                                  do_lower_case, config)
-    comm = mpi_comm()
+                                                  do_lower_case, config,
+                                                  allow_dictionary_mismatch)
+    comm = shard_jobs.mpi_comm()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
     my_jobs = jobs[rank::size]
     started = time.perf_counter()
@@ -470,9 +316,9 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
         return None
     try:
         for output, output_parts in zip(outputs, parts, strict=True):
-            _concatenate(output_parts, output)
+            shard_jobs.concatenate(output_parts, output)
     except BaseException:
-        _remove([p for output_parts in parts for p in output_parts])
+        shard_jobs.remove_files([p for output_parts in parts for p in output_parts])
         raise
     if comm is not None:
         comm.barrier()
@@ -485,7 +331,7 @@ def _run_everywhere(comm, my_jobs, num_workers, progress, num_inputs):
     raises. Returns every rank's statistics on rank 0."""
     stats = collections.Counter()
     try:
-        stats = run_jobs(my_jobs, num_workers, progress, num_inputs)
+        stats = shard_jobs.run_jobs(my_jobs, num_workers, progress, num_inputs, _run_shard)
         failed = None
     except BaseException as e:  # remove our parts, then re-raise (also on KeyboardInterrupt)
         failed = e
@@ -495,68 +341,11 @@ def _run_everywhere(comm, my_jobs, num_workers, progress, num_inputs):
     else:
         all_failed, all_stats = [failed is not None], [stats]
     if any(all_failed):
-        _remove([part for job in my_jobs for part in job[2]])
+        shard_jobs.remove_files([part for job in my_jobs for part in job[2]])
         if failed is not None:
             raise failed
         raise PretrainingDataError("another MPI rank failed; see its error")
     return all_stats
-
-
-def _remove(paths):
-    for path in paths:
-        if os.path.exists(path):
-            os.remove(path)
-
-
-def run_jobs(jobs, num_workers, progress, num_inputs, run=_run_shard, desc=None):
-    """Runs `run(job)` for every job (job[1] is its input file), in `num_workers` processes that
-    die with this one; returns the summed statistics."""
-    from tqdm import tqdm
-
-    total = collections.Counter()
-    bar = tqdm(total=sum(os.path.getsize(job[1]) for job in jobs), unit="B", unit_scale=True,
-               disable=not progress, file=sys.stderr,
-               desc=f"{desc + ': ' if desc else ''}{len(jobs)} of {num_inputs} shards")
-    with bar:
-        if num_workers == 1 or len(jobs) <= 1:
-            results = map(run, jobs)
-            pool = None
-        else:
-            # A fork of a process that has run TensorFlow ops is not safe, and a spawned worker
-            # pays TensorFlow's ~10 CPU-s import each. The forkserver is a fresh process that
-            # imports TensorFlow once, runs nothing, and forks every worker from there.
-            pool = workers.pool(min(num_workers, len(jobs)), _single_threaded_cpu_tensorflow,
-                                "forkserver", ["tensorflow", "tensorflow_text",
-                                               "bert_tf.data.pretraining_data"])
-            results = pool.imap_unordered(run, jobs)
-        try:
-            for stats in results:
-                total += stats
-                bar.update(stats["input_bytes"])
-                bar.set_postfix(instances=total["instances"])
-        finally:
-            if pool is not None:
-                pool.terminate()
-    return total
-
-
-def _concatenate(parts, output):
-    """TFRecord files concatenate byte-wise; written to a temporary name, then renamed."""
-    if len(parts) == 1:
-        os.replace(parts[0], output)
-        return
-    temporary = f"{output}.tmp"
-    try:
-        with open(temporary, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
-                    while chunk := f.read(1 << 24):
-                        out.write(chunk)
-    except BaseException:
-        _remove([temporary])
-        raise
-    os.replace(temporary, output)
-    _remove(parts)
 
 
 def summarize(stats, seconds, outputs):

@@ -4,7 +4,6 @@ The one contract between the data writer (pretraining_data.py) and every reader
 (input_pipeline.py, training): feature names, dtypes and lengths live here and nowhere else.
 """
 
-import os
 import struct
 
 import numpy as np
@@ -148,6 +147,21 @@ def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=
     Raises:
       InputDataError naming the flag, the file and what to do.
     """
+    nonempty = check_records(files, max_seq_length, max_predictions_per_seq, vocab_size, masked,
+                             flag)
+    if not nonempty:
+        raise InputDataError(all_empty_message(files, flag))
+    return nonempty
+
+
+def all_empty_message(files, flag) -> str:
+    return f"--{flag}: all {len(files)} file(s) are empty, e.g. {files[0]}"
+
+
+def check_records(files, max_seq_length, max_predictions_per_seq, vocab_size=None, masked=None,
+                  flag="input_files") -> list:
+    """validate_records without the requirement that some file holds records (a part of the
+    files, e.g. one rank's share, may all be empty): returns the non-empty ones."""
     import tensorflow as tf
 
     expected = feature_lengths(max_seq_length, max_predictions_per_seq)
@@ -156,15 +170,16 @@ def validate_records(files, max_seq_length, max_predictions_per_seq, vocab_size=
         offset = truncated_at(path)
         if offset is not None:
             raise InputDataError(truncation_message(path, offset, flag))
-        records = list(tf.data.TFRecordDataset(path).take(RECORDS_CHECKED_PER_FILE)
-                       .as_numpy_iterator())
+        try:
+            records = list(tf.data.TFRecordDataset(path).take(RECORDS_CHECKED_PER_FILE)
+                           .as_numpy_iterator())
+        except tf.errors.DataLossError as e:
+            raise InputDataError(damage_message([path], flag, e)) from None
         for record in records:
             _check_example(tf.train.Example.FromString(record).features.feature, path, flag,
                            expected, vocab_size, masked)
         if records:
             nonempty.append(path)
-    if not nonempty:
-        raise InputDataError(f"--{flag}: all {len(files)} file(s) are empty, e.g. {files[0]}")
     return nonempty
 
 
@@ -192,14 +207,19 @@ def truncated_at(path):
         return _walk_headers(f, size)[1]
 
 
+COUNT_BUFFER_BYTES = 1 << 16
+
+
 def count_records(path) -> int:
     """The records in a TFRecord file, from their headers (12 bytes read per record, none
     parsed): what a resumed run needs to skip whole files without reading them."""
     import tensorflow as tf
 
     size = tf.io.gfile.stat(path).length
-    # Local files unbuffered: a buffered read would fetch the records around each header too.
-    with (open(path, "rb", buffering=0) if "://" not in path
+    # Local files through a 64 KiB buffer: a seek to a header inside it costs no system call,
+    # so records smaller than the buffer are read in 64 KiB steps rather than one 12-byte read
+    # (and the kernel's readahead behind it) per record; a seek past it reads 64 KiB there.
+    with (open(path, "rb", buffering=COUNT_BUFFER_BYTES) if "://" not in path
           else tf.io.gfile.GFile(path, "rb")) as f:
         return _walk_headers(f, size)[0]
 
@@ -215,7 +235,7 @@ def _walk_headers(f, size):
         if len(header) < _HEADER:
             return count, offset
         (length,) = struct.unpack("<Q", header[:8])
-        if offset + _HEADER + length + _FOOTER > size:
+        if header[8:] != _masked_crc32c(header[:8]) or offset + _HEADER + length + _FOOTER > size:
             return count, offset
         offset += _HEADER + length + _FOOTER
         count += 1
@@ -281,11 +301,41 @@ def _masked_crc32c(data) -> bytes:
 
 
 def truncation_message(path, offset, flag):
-    """What a user reads about a truncated TFRecord file."""
-    return (f"--{flag}: {path} is truncated: its record at byte {offset} runs past the end of "
-            f"the file ({os.path.getsize(path) if os.path.exists(path) else '?'} bytes), as an "
-            "interrupted copy or a full disk leaves it; copy or create that file again, or "
-            f"leave it out of --{flag}")
+    """What a user reads about a TFRecord file damaged at `offset` (see truncated_at): cut
+    short (a whole header whose record runs past the end), or not TFRecord data there."""
+    import tensorflow as tf
+
+    size = tf.io.gfile.stat(path).length
+    with tf.io.gfile.GFile(path, "rb") as f:
+        f.seek(offset)
+        header = f.read(_HEADER)
+    if len(header) == _HEADER and header[8:] == _masked_crc32c(header[:8]):
+        return (f"--{flag}: {path} is truncated: its record at byte {offset} runs past the end "
+                f"of the file ({size} bytes), as an interrupted copy or a full disk leaves it; "
+                f"copy or create that file again, or leave it out of --{flag}")
+    return (f"--{flag}: {path} is not a whole TFRecord file: at byte {offset} of its {size} "
+            "there is no record header (other data, or a damaged file); create it again with "
+            f"create_pretraining_data.py, or leave it out of --{flag}")
+
+
+def damage_message(files, flag, error):
+    """What a user reads when TensorFlow's reader failed with DataLossError `error` on one of
+    `files` (it does not say which): the file cut short or not TFRecord data, or else the
+    file whose record fails its checksum."""
+    import tensorflow as tf
+
+    for path in files:
+        offset = truncated_at(path)
+        if offset is not None:
+            return truncation_message(path, offset, flag)
+    for path in files:
+        try:
+            for _ in tf.data.TFRecordDataset(path):
+                pass
+        except tf.errors.DataLossError:
+            return (f"--{flag}: {path} holds a damaged record (its checksum fails); create "
+                    f"the file again, or leave it out of --{flag}")
+    return f"--{flag}: a record is unreadable ({error.message.strip()})"
 
 
 def _check_example(feature, path, flag, expected, vocab_size, masked):

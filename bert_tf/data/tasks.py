@@ -5,6 +5,10 @@ Tasks (`--task_name`):
     `*dev.conllu`, `*test.conllu` in --data_dir); multiword-token ranges and empty nodes are
     skipped by `conllu.read_conllu`. The first word piece of each word carries its tag (BERT's
     NER setup); accuracy is over words.
+  - `ner`: named entities from IOB2 token files or KLUE's character files (bert_tf/data/ner.py):
+    --data_dir is a directory with train/dev/test `.txt` or `.tsv` files, or one file whose
+    first 90% trains and last 10% is dev and test. Each sentence's running text is tokenized
+    once (the tokenizer's character offsets align the tags); scored by entity F1.
   - `cola`, `sst-2`, `mrpc`, `mnli`: GLUE TSV files, read with the columns, headers and label
     sets Google's run_classifier.py uses (SST-2 as GLUE distributes it).
   - `tsv`: any TSV with --text_a_column, --text_b_column (-1: none) and --label_column; labels
@@ -24,10 +28,11 @@ import os
 
 import numpy as np
 
-from bert_tf.data import conllu
+from bert_tf.data import conllu, ner
+from bert_tf.data.files import InputDataError, read_exact_text
 
 SPLITS = ("train", "dev", "test")
-TAGGING_TASKS = ("pos",)
+TAGGING_TASKS = ("pos", "ner")
 UNSEEN_LABEL = -1  # label id of a dev/test label training never saw: never predicted
 
 
@@ -95,6 +100,16 @@ class TsvColumns:
 
 def task_file(task_name: str, data_dir: str, split: str) -> str:
     """The file of `split` for the task in --data_dir (an error if it is missing)."""
+    if task_name == "ner":
+        if os.path.isfile(data_dir):
+            return data_dir
+        matches = [os.path.join(data_dir, f"{split}.{ext}") for ext in ("txt", "tsv")]
+        matches = [path for path in matches if os.path.isfile(path)]
+        if len(matches) != 1:
+            raise TaskDataError(f"--data_dir={data_dir}: expected one of {split}.txt or "
+                                f"{split}.tsv for --task_name=ner, found {len(matches)} (or "
+                                "pass one file: its last 10% is dev and test)")
+        return matches[0]
     if task_name in TAGGING_TASKS:
         matches = sorted(glob.glob(os.path.join(data_dir, f"*{split}.conllu")))
         if len(matches) != 1:
@@ -112,8 +127,11 @@ def task_file(task_name: str, data_dir: str, split: str) -> str:
 def read_tsv(path: str) -> list[list[str]]:
     """Rows of a tab-separated file (no quoting, as Google reads GLUE); every row must have the
     first row's number of columns."""
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").rstrip("\r").split("\t") for line in f if line.strip()]
+    try:
+        text = read_exact_text(path)
+    except InputDataError as e:
+        raise TaskDataError(str(e)) from None
+    rows = [line.rstrip("\r").split("\t") for line in text.split("\n") if line.strip()]
     for number, row in enumerate(rows, 1):
         if len(row) != len(rows[0]):
             raise TaskDataError(f"{path}:{number}: {len(row)} tab-separated columns, but the "
@@ -154,10 +172,23 @@ def read_examples(task_name: str, data_dir: str, split: str,
             for i, row in enumerate(rows)]
 
 
-def read_sentences(task_name: str, data_dir: str, split: str) -> list:
-    """Tagged sentences (conllu.ParsedSentence: words, upos) of one split."""
+def read_sentences(task_name: str, data_dir: str, split: str, lenient_tags: bool = False
+                   ) -> list:
+    """Tagged sentences of one split: conllu.ParsedSentence (words, upos) for pos,
+    ner.NerSentence (units, tags) for ner. lenient_tags: ner.read_ner_file's `lenient`."""
     path = task_file(task_name, data_dir, split)
-    return conllu.read_conllu(path, flag="data_dir", require_heads=False)
+    if task_name != "ner":
+        return conllu.read_conllu(path, flag="data_dir", require_heads=False)
+    sentences = ner.read_ner_file(path, lenient=lenient_tags)
+    if path != data_dir:
+        return sentences
+    train, held_out = ner.split_held_out(sentences)
+    return train if split == "train" else held_out
+
+
+def sentence_tags(sentence) -> list[str]:
+    """The gold tags of a tagged sentence (pos or ner)."""
+    return sentence.tags if isinstance(sentence, ner.NerSentence) else sentence.upos
 
 
 def label_list(task_name: str, train_labels) -> list[str]:
@@ -189,12 +220,14 @@ class Encoded:
     pieces: for tagging, (sentence index, first word, end word) of each row; else row indexes.
     shortened: sequences split (tagging) or truncated (classification) to fit max_seq_length.
     unseen_labels: Counter of labels training never saw.
+    alignments: ner: each sentence's ner.Alignment (its scored units are the "words").
     """
 
     features: dict
     pieces: list
     shortened: int = 0
     unseen_labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    alignments: list = dataclasses.field(default_factory=list)
 
     @property
     def num_rows(self) -> int:
@@ -233,10 +266,32 @@ def encode_sentences(tokenizer, sentences, label_names: list[str], max_seq_lengt
     word_ids = [flat[splits[i]:splits[i + 1]].tolist() or [tokenizer.unk_id]
                 for i in range(len(words))]
     tags = [tag for sentence in sentences for tag in sentence.upos]
+    lengths = [len(sentence.words) for sentence in sentences]
+    return _encode_words(tokenizer, word_ids, lengths, tags, label_names, max_seq_length, where)
+
+
+def encode_ner(tokenizer, sentences, label_names: list[str], max_seq_length: int,
+               where: str) -> Encoded:
+    """NER rows: each sentence's running text tokenized once (`tokenize_with_offsets`), its
+    pieces grouped by the unit their first character lies in (ner.align); the first piece of
+    each group carries the unit's tag. Long sentences are split between groups, as for pos."""
+    alignments = [ner.align(s, tokenizer.tokenize_with_offsets(s.text)) for s in sentences]
+    word_ids = [ids for a in alignments for ids in a.groups]
+    tags = [a.sentence.tags[unit] for a in alignments for unit in a.heads]
+    encoded = _encode_words(tokenizer, word_ids, [len(a.heads) for a in alignments], tags,
+                            label_names, max_seq_length, where)
+    encoded.alignments = alignments
+    return encoded
+
+
+def _encode_words(tokenizer, word_ids, lengths, tags, label_names, max_seq_length, where
+                  ) -> Encoded:
+    """Rows of [CLS] word pieces [SEP] from every sentence's words (`lengths` words each, their
+    piece ids in `word_ids`, flat), the first piece of a word carrying its tag."""
     tag_ids, unseen = label_ids(tags, label_names, where, strict=False)
     rows, spans, split_sentences, start = [], [], 0, 0
-    for index, sentence in enumerate(sentences):
-        end = start + len(sentence.words)
+    for index, length in enumerate(lengths):
+        end = start + length
         chunks = _chunks(word_ids[start:end], max_seq_length - 2)
         split_sentences += len(chunks) > 1
         for first, last in chunks:

@@ -40,6 +40,7 @@ from bert_tf.data.files import (
     open_input,
 )
 from bert_tf.data.format_text import split_sentences
+from bert_tf.data.numeric_flags import FlagValueError, check_number
 
 SKIPPED_SECTIONS = frozenset({
     "references", "external links", "see also", "notes", "further reading", "bibliography",
@@ -487,11 +488,12 @@ def define_flags():
 
 def run(config: WikipediaConfig) -> int:
     """Extracts the dumps into document shards; returns the exit status (128 + the signal when
-    interrupted). InputDataError, OutputDirError on bad input.
+    interrupted). InputDataError, OutputDirError, FlagValueError on bad input.
 
     The output directory's manifest.json holds the dumps' sha256 and --shard_mb: shard names
     follow the dumps' order, so a rerun with other dumps or another --shard_mb is refused
     rather than taking another dump's shards for its own (shards.claimed_output_dir)."""
+    check_number("shard_mb", config.shard_mb, above=0)
     dumps = expand_patterns(config.input_files)
     check_writable(config.output_dir, "output_dir")
     for dump in dumps:
@@ -514,4 +516,4 @@ def run(config: WikipediaConfig) -> int:
 
 if __name__ == "__main__":
     bert_tf.run_command(define_flags, WikipediaConfig, run,
-                        errors=(InputDataError, OutputDirError), error_status=2)
+                        errors=(InputDataError, OutputDirError, FlagValueError), error_status=2)

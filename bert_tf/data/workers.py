@@ -69,3 +69,14 @@ def pool(num_workers, initializer=None, method="fork", preload=()):
         context.set_forkserver_preload(list(preload))
     return context.Pool(num_workers, initializer=die_with_parent,
                         initargs=(os.getpid(), initializer))
+
+
+def hide_gpus() -> None:
+    """This process computes on the CPU only (data creation): no CUDA context on any GPU and no
+    GPU memory reserved, which a TensorFlow process otherwise takes on every GPU of the node
+    (one per mpirun rank). Before the process's first TensorFlow op: CUDA reads the variable
+    when TensorFlow initialises it; its children (workers) inherit it."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import tensorflow as tf
+
+    tf.config.set_visible_devices([], "GPU")

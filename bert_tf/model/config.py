@@ -11,6 +11,25 @@ REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attent
                    "intermediate_size")
 
 
+# Bytes per element of the dtypes the model computes in.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def attention_probs_dtype(compute_dtype: str) -> str:
+    """The dtype BertModel keeps attention probabilities in (the softmax's output, which its
+    gradient reads) at a compute dtype. modeling.py casts the softmax to it, and the memory
+    estimate (bert_tf/tools/model_size.py) counts it: one place for both.
+
+    Args:
+      compute_dtype: the model's compute dtype name ("float32", "float16", "bfloat16").
+
+    Returns:
+      The dtype name: "float32" at every compute dtype (the softmax runs in float32).
+    """
+    del compute_dtype  # float32 at every compute dtype for now
+    return "float32"
+
+
 class BertConfigError(ValueError):
     """An invalid BERT configuration (the message names the file and field)."""
 
@@ -96,8 +115,17 @@ class BertConfig:
         except FileNotFoundError:
             raise BertConfigError(f"{path}: file not found; pass an existing bert_config.json"
                                   ) from None
-        except json.JSONDecodeError as e:
-            raise BertConfigError(f"{path}: not valid JSON ({e})") from None
+        except IsADirectoryError:
+            raise BertConfigError(f"{path}: a directory, not a file; pass the model's "
+                                  "bert_config.json (e.g. {path}/bert_config.json)") from None
+        except OSError as e:
+            raise BertConfigError(f"{path}: cannot read it ({e.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BertConfigError(f"{path}: not valid JSON text ({e}); pass the model's "
+                                  "bert_config.json") from None
+        if not isinstance(d, dict):
+            raise BertConfigError(f"{path}: holds a JSON {type(d).__name__}, not an object of "
+                                  "BERT's fields; pass the model's bert_config.json")
         return cls.from_dict(d, source=path)
 
     def to_dict(self):

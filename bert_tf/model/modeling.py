@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from bert_tf.model.config import BertConfig
+from bert_tf.model.config import BertConfig, attention_probs_dtype
 
 LAYER_NORM_EPSILON = 1e-12
 # Added to attention scores of padding positions; exp() of it underflows to 0.
@@ -262,7 +262,7 @@ class TransformerLayer(_NamedModule):
     def __call__(self, x, attention_adder, batch_size, seq_length, dropout):
         """x: [B*S, H] compute dtype; attention_adder: [B, 1, 1, S] float32.
 
-        Returns the new [B*S, H] activations and the float32 attention probs.
+        Returns the new [B*S, H] activations and the attention probs (attention_probs_dtype).
         """
         dtype = x.dtype
         # Scaling the queries instead of the [B, heads, S, S] scores is cheaper.
@@ -271,7 +271,8 @@ class TransformerLayer(_NamedModule):
         key = self._split_heads(self.key(x), batch_size, seq_length)
         value = self._split_heads(self.value(x), batch_size, seq_length)
         scores = matmul(query, key, transpose_b=True)  # [B, heads, S, S]
-        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_adder, axis=-1)
+        probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32) + attention_adder, axis=-1),
+                        attention_probs_dtype(dtype.name))
         dropped = dropout(tf.cast(probs, dtype), self.attention_dropout_prob)
         context = matmul(dropped, value)  # [B, heads, S, head_size]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), tf.shape(x))

@@ -4,25 +4,38 @@ r"""Convert BERT weights between Hugging Face and Google-named TensorFlow checkp
         DIR has config.json and model.safetensors (BertModel or BertForPreTraining keys).
         OUT (new or empty) gets model.ckpt-0 (+ `checkpoint` file), bert_config.json and, if
         DIR has one, vocab.txt. Heads absent from DIR are freshly initialised.
-    python -m bert_tf convert tf_to_hf --checkpoint=CKPT --output_dir=OUT
+    python -m bert_tf convert tf_to_hf --checkpoint=CKPT --output_dir=OUT [--vocab_file=V]
         CKPT is a prefix or directory (ours or Google's bert_model.ckpt); OUT (new or empty)
-        gets config.json and model.safetensors for transformers.BertForPreTraining.
+        gets config.json and model.safetensors for transformers.BertForPreTraining and, with
+        the vocab (--vocab_file, default vocab.txt beside CKPT), the tokenizer files that make
+        transformers' AutoTokenizer split text as the vocab's tokenizer spec says
+        (bert_tf/data/hf_tokenizer.py; mecab-ko needs trust_remote_code=True).
 
 The sub-command comes first, then its --flags. The conversions are bert_tf.model.convert.
 """
 
 import dataclasses
+import json
+import os
 import sys
 
 from absl import flags
 
 import bert_tf
+from bert_tf.data import hf_tokenizer
 from bert_tf.data.files import OutputDirError
-from bert_tf.data.output_dir import check_new_output_dir
+from bert_tf.data.output_dir import check_new_output_dir, check_output_dir
+from bert_tf.data.tokenizer_spec import TokenizerSpecError
 from bert_tf.model import devices
-from bert_tf.model.checkpoints import CheckpointError
+from bert_tf.model.checkpoints import CheckpointError, resolve_checkpoint
 from bert_tf.model.config import BertConfigError
-from bert_tf.model.convert import ConversionError, ConversionReport, hf_to_tf, tf_to_hf
+from bert_tf.model.convert import (
+    HF_CONFIG,
+    ConversionError,
+    ConversionReport,
+    hf_to_tf,
+    tf_to_hf,
+)
 
 # Sub-command -> (what it does, the flags it needs).
 SUBCOMMANDS = {
@@ -42,6 +55,7 @@ class ConvertConfig:
     hf_dir: str | None = None
     checkpoint: str | None = None
     bert_config_file: str | None = None
+    vocab_file: str | None = None
 
     def validate(self) -> None:
         if self.command not in SUBCOMMANDS:
@@ -59,6 +73,9 @@ def define_flags(flag_values: flags.FlagValues) -> None:
                         "out/model.ckpt-1000) or directory (its latest).", flag_values=flag_values)
     flags.DEFINE_string("bert_config_file", None, "tf_to_hf: bert_config.json (default: next "
                         "to the checkpoint).", flag_values=flag_values)
+    flags.DEFINE_string("vocab_file", None, "tf_to_hf: the model's vocab (its tokenizer spec "
+                        "beside it) for the tokenizer files (default: vocab.txt next to the "
+                        "checkpoint, if any).", flag_values=flag_values)
     flags.DEFINE_string("output_dir", None, "Where to write the checkpoint (hf_to_tf) or the "
                         "HF files (tf_to_hf).", flag_values=flag_values)
 
@@ -92,9 +109,34 @@ def config_from_argv(argv: list[str]) -> ConvertConfig:
 
 def convert(config: ConvertConfig) -> ConversionReport:
     check_new_output_dir(config.output_dir, "output_dir", "the converted model")
+    check_output_dir(config.output_dir, "output_dir")  # writable: before reading the model
     if config.command == "hf_to_tf":
         return hf_to_tf(config.hf_dir, config.output_dir)
-    return tf_to_hf(config.checkpoint, config.output_dir, config.bert_config_file)
+    vocab = _export_vocab(config)
+    if vocab:  # refused specs fail here, before anything is written
+        hf_tokenizer.vocab_tokenizer_config(vocab)
+    report = tf_to_hf(config.checkpoint, config.output_dir, config.bert_config_file)
+    if vocab:
+        tokenizer = hf_tokenizer.write_hf_tokenizer(vocab, config.output_dir)
+        path = os.path.join(config.output_dir, HF_CONFIG)
+        with open(path, encoding="utf-8") as f:
+            model_config = json.load(f)
+        model_config["tokenizer_class"] = tokenizer["tokenizer_class"]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(model_config, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return report
+
+
+def _export_vocab(config: ConvertConfig) -> str | None:
+    """--vocab_file (it must exist), else vocab.txt beside the checkpoint, else None."""
+    if config.vocab_file:
+        if not os.path.isfile(config.vocab_file):
+            raise ConversionError(f"--vocab_file={config.vocab_file}: no such file")
+        return config.vocab_file
+    beside = os.path.join(os.path.dirname(resolve_checkpoint(config.checkpoint)),
+                          hf_tokenizer.VOCAB)
+    return beside if os.path.isfile(beside) else None
 
 
 def print_report(report: ConversionReport, output_dir: str) -> None:
@@ -122,7 +164,8 @@ def main(argv: list[str]) -> int:
     devices.use_one_gpu()
     try:
         report = convert(config)
-    except (ConversionError, CheckpointError, BertConfigError, OutputDirError) as e:
+    except (ConversionError, CheckpointError, BertConfigError, OutputDirError,
+            hf_tokenizer.HfTokenizerError, TokenizerSpecError) as e:
         print(f"convert: error: {e}", file=sys.stderr)
         return 1
     print_report(report, config.output_dir)

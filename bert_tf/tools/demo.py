@@ -37,6 +37,9 @@ import time
 from absl import flags
 
 import bert_tf
+from bert_tf.data.files import OutputDirError
+from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import check_output_dir, mark_as_owned
 from bert_tf.tools.doctor_training import cpu_flags
 from bert_tf.train.config import PRECISION_MODES
 
@@ -101,6 +104,12 @@ TRAINING_FLAGS = (
 
 
 
+# What a demo writes at the top of --output_dir: a directory holding only these, its
+# pretrain.flags among them, was made by a demo older than the owner mark (.bert_tf-owner).
+DEMO_ENTRIES = {"vocab.txt", "corpus", "data", "bert_config.json", "pretrain.flags", "model",
+                "loss_curve.png", "predictions.txt", "attention", "finetune", "summary.txt"}
+
+
 @dataclasses.dataclass
 class DemoConfig:
     output_dir: str = os.path.join(REPO, "demo_output")
@@ -116,7 +125,8 @@ class DemoConfig:
 def define_flags() -> None:
     """Defines the demo's flags (defaults from DemoConfig)."""
     flags.DEFINE_string("output_dir", DemoConfig.output_dir,
-                        "Everything the demo makes goes here (replaced on each run).")
+                        "Everything the demo makes goes here (replaced on each run; a "
+                        "non-empty directory that an earlier demo did not make is refused).")
     flags.DEFINE_string("cache_dir", DemoConfig.cache_dir,
                         "Downloaded corpus cache (outside the repository).")
     flags.DEFINE_integer("num_train_steps", DemoConfig.num_train_steps,
@@ -417,14 +427,28 @@ def pretraining_command(recipe):
             f"--recipe={recipe}"]
 
 
+def check_config(config: DemoConfig) -> str:
+    """Checks the flags and that --output_dir is missing, empty or an earlier demo's (which
+    each run replaces), before anything is downloaded or removed; returns its absolute path.
+    DemoError or OutputDirError name the flag."""
+    for name in ("num_train_steps", "dupe_factor"):
+        check_number(name, getattr(config, name), at_least=1, integer=True, error=DemoError)
+    with contextlib.suppress(OSError):
+        entries = set(os.listdir(config.output_dir))
+        if "pretrain.flags" in entries and entries <= DEMO_ENTRIES:  # a demo's before the mark
+            mark_as_owned(config.output_dir, "demo")
+    return check_output_dir(config.output_dir, "output_dir", command="demo")
+
+
 def run(config: DemoConfig) -> int:
     """Runs every step; returns the exit status (1 when a step fails)."""
     start = time.time()
-    out = os.path.abspath(config.output_dir)
     try:
+        out = check_config(config)
         books = fetch_corpus(config.cache_dir)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
+        mark_as_owned(out, "demo")
         data = prepare_pretraining_data(out, books, config.dupe_factor)
         vocab, texts, records = data["vocab"], data["texts"], data["records"]
         config_file = write_model_config(out, vocab)
@@ -465,7 +489,7 @@ def run(config: DemoConfig) -> int:
             f"--output_dir={attention_dir}",
             "--max_segments=64", "--batch_size=16"])
         finetuned = finetune_books(out, books, config_file, vocab, model_dir)
-    except DemoError as e:
+    except (DemoError, OutputDirError) as e:
         print(f"demo: error: {e}", file=sys.stderr)
         return 1
 

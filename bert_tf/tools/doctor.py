@@ -17,6 +17,8 @@ import sys
 from absl import flags
 
 import bert_tf
+from bert_tf.data.numeric_flags import FlagValueError, check_number
+from bert_tf.tools.device_memory import DeviceMemory, device_memory
 from bert_tf.tools.doctor_check import FAIL, WARN
 from bert_tf.tools.doctor_environment import (
     Environment,
@@ -73,8 +75,8 @@ def define_host_flags():
 def define_flags():
     """The doctor's own flags, plus run_pretraining's (bert_tf.train.config)."""
     flags.DEFINE_float("gpu_memory_gb", None,
-                       "Memory of one GPU in GiB for the memory check; default: the smallest "
-                       "GPU nvidia-smi reports.")
+                       "Memory of one GPU in GiB as nvidia-smi reports it (memory.total / 1024) "
+                       "for the memory check; default: the smallest GPU nvidia-smi reports.")
     define_host_flags()
     flags.DEFINE_float("masked_lm_prob", DoctorConfig.masked_lm_prob,
                        "Masked LM probability the data was created with (create_pretraining_data"
@@ -87,13 +89,22 @@ def config_from_flags(flag_values) -> DoctorConfig:
     when any is given."""
     given = any(flag_values[f.name].present for f in dataclasses.fields(PretrainingConfig))
     training = pretraining_config_from_flags(flag_values) if given else None
-    return bert_tf.config_from_flags(DoctorConfig, flag_values, training=training)
+    config = bert_tf.config_from_flags(DoctorConfig, flag_values, training=training)
+    if config.gpu_memory_gb is not None:
+        check_number("gpu_memory_gb", config.gpu_memory_gb, above=0)
+    check_number("masked_lm_prob", config.masked_lm_prob, above=0, at_most=1)
+    return config
 
 
-def detected_gpu_memory_gb(env: Environment) -> float | None:
+def gpu_memory(doctor: DoctorConfig, env: Environment, environ) -> DeviceMemory | None:
+    """What TensorFlow's allocator gets on the smallest GPU: --gpu_memory_gb if given (its
+    compute capability unknown), else what nvidia-smi reports; None without either."""
+    if doctor.gpu_memory_gb is not None:
+        return device_memory(doctor.gpu_memory_gb * 1024, None, environ)
     if not env.smi_gpus:
         return None
-    return min(g.memory_mib for g in env.smi_gpus) / 1024
+    smallest = min(env.smi_gpus, key=lambda g: g.memory_mib)
+    return device_memory(smallest.memory_mib, smallest.cc_major, environ)
 
 
 def run(doctor: DoctorConfig, environ=None) -> int:
@@ -105,12 +116,9 @@ def run(doctor: DoctorConfig, environ=None) -> int:
     checks = environment_checks(env, environ)
     if doctor.training is not None:
         config = doctor.training
-        memory = doctor.gpu_memory_gb
-        if memory is None:
-            memory = detected_gpu_memory_gb(env)
         bert_config, flag_checks = config_checks(config)
         checks += flag_checks + training_checks(config, bert_config, doctor.masked_lm_prob,
-                                                memory)
+                                                gpu_memory(doctor, env, environ))
         checks.append(check_cpu_half_precision(config.precision, env.gpu_count, cpu_flags(),
                                                      config.use_xla))
     if doctor.hosts:
@@ -123,4 +131,5 @@ def run(doctor: DoctorConfig, environ=None) -> int:
 
 
 if __name__ == "__main__":
-    bert_tf.run_command(define_flags, config_from_flags, run)
+    bert_tf.run_command(define_flags, config_from_flags, run, errors=(FlagValueError,),
+                        error_status=2)

@@ -21,6 +21,7 @@ LIBDEVICE = os.path.join("nvvm", "libdevice", "libdevice.10.bc")
 class GpuInfo:
     name: str
     memory_mib: int
+    cc_major: int | None = None  # None: a driver too old to report compute_cap
 
 
 @dataclasses.dataclass
@@ -52,17 +53,28 @@ def query_nvidia_smi() -> list[GpuInfo]:
     """GPUs the driver sees (empty without nvidia-smi or a working driver)."""
     if shutil.which("nvidia-smi") is None:
         return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+    for fields in ("name,memory.total,compute_cap", "name,memory.total"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=30, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue  # drivers before 510 do not know compute_cap
+        return parse_nvidia_smi(out, with_compute_cap="compute_cap" in fields)
+    return []
+
+
+def parse_nvidia_smi(out: str, with_compute_cap: bool) -> list[GpuInfo]:
+    """GpuInfo of each `name, memory.total[, compute_cap]` line (csv, no units)."""
     gpus = []
     for line in out.splitlines():
+        cc = None
+        if with_compute_cap:
+            line, _, cap = line.rpartition(",")
+            cc = int(float(cap)) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", cap) else None
         name, _, memory = line.rpartition(",")
         if name and memory.strip().isdigit():
-            gpus.append(GpuInfo(name.strip(), int(memory.strip())))
+            gpus.append(GpuInfo(name.strip(), int(memory.strip()), cc))
     return gpus
 
 
@@ -229,6 +241,18 @@ def check_xla_libdevice(gpu_count: int, environ, roots=None) -> Check:
                  "holding nvvm/libdevice), or pip install nvidia-cuda-nvcc-cu12")
 
 
+def check_mpirun(environ) -> Check:
+    """mpirun on the PATH the ranks' launcher will see: launch.py --launcher=mpirun and
+    `mpirun create_pretraining_data.py` need it (horovodrun with Gloo does not)."""
+    path = shutil.which("mpirun", path=environ.get("PATH", os.defpath))
+    if path:
+        return Check(OK, "mpirun", f"found {path}")
+    return Check(WARN, "mpirun", "not found on PATH: launch.py --launcher=mpirun and multi-process "
+                 "data creation (mpirun -np N create_pretraining_data.py) cannot start ranks",
+                 "install Open MPI (apt-get install openmpi-bin; the NGC image has it) or "
+                 "launch with --launcher=horovodrun (Gloo)")
+
+
 def check_tokenizer(tf_text_error: str | None) -> Check:
     """tensorflow-text, or Hugging Face tokenizers where it does not import (NGC's Python 3.12
     has no tensorflow-text 2.17 wheel): the same ids (bert_tf/data/tokenization.py)."""
@@ -268,5 +292,6 @@ def environment_checks(env: Environment, environ) -> list[Check]:
         checks.append(check_horovod_build(env.horovod_version, env.horovod_build,
                                           env.horovod_error, env.gpu_count))
     checks.append(check_xla_libdevice(env.gpu_count, environ))
+    checks.append(check_mpirun(environ))
     checks.append(check_onednn(env.onednn, env.gpu_count))
     return checks

@@ -1,11 +1,12 @@
 """The doctor's checks of a training run: run_pretraining's flags, the bert_config_file and
-the TFRecords, tensor-core shapes, sequence length, max_predictions_per_seq, memory per GPU
-and half precision on a CPU."""
+the TFRecords, tensor-core shapes, sequence length, max_predictions_per_seq, memory per GPU,
+--deterministic with XLA and half precision on a CPU."""
 
 import dataclasses
 
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import model_size
+from bert_tf.tools.device_memory import DeviceMemory
 from bert_tf.tools.doctor_check import FAIL, OK, WARN, Check
 from bert_tf.train.config import (
     PRECISION_MODES,
@@ -115,7 +116,9 @@ def check_max_predictions(config: PretrainingConfig, masked_lm_prob: float = 0.1
 
 
 def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
-                 gpu_memory_gb: float | None) -> Check:
+                 gpu: DeviceMemory | None) -> Check:
+    """The training step's memory estimate against what TensorFlow's allocator gets on the
+    GPU (bert_tf.tools.device_memory: memory less CUDA context and TensorFlow's reserve)."""
     name = "memory per GPU"
     if bert_config is None:
         return Check(WARN, name, "no --bert_config_file: no memory estimate",
@@ -131,21 +134,22 @@ def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
                  f"seq {config.max_seq_length}, "
                  f"{config.precision}, XLA {'on' if config.use_xla else 'off'}; formula: "
                  f"{model_size.MEMORY_FORMULA})")
-    if gpu_memory_gb is None:
+    if gpu is None:
         return Check(OK, name, breakdown + "; no GPU memory known (pass --gpu_memory_gb)")
-    if m.total > gpu_memory_gb * g:
-        per_sequence = max(1, m.activations // config.train_batch_size)
-        room = gpu_memory_gb * g - (m.total - m.activations)
-        fitting = max(0, int(room // per_sequence))
-        if fitting >= 8:
-            fitting -= fitting % 8  # keep tensor-core friendly shapes
-        precision_hint = ("" if PRECISION_MODES[config.precision].activation_bytes < 4
-                          else ", or use --precision=fp16 (halves activations)")
-        return Check(WARN, name, f"{breakdown} > {gpu_memory_gb:g} GiB: likely out of memory",
-                     f"lower --train_batch_size to about {fitting} and raise "
-                     "--num_accumulation_steps to keep "
-                     f"the global batch{precision_hint}")
-    return Check(OK, name, f"{breakdown} <= {gpu_memory_gb:g} GiB")
+    if m.total <= gpu.allocator_bytes:
+        return Check(OK, name, f"{breakdown} <= {gpu.describe()}")
+    fitting = model_size.largest_batch(bert_config, gpu.allocator_bytes, config.max_seq_length,
+                                       config.max_predictions_per_seq, config.precision,
+                                       config.use_xla, config.num_accumulation_steps > 1)
+    if fitting >= 8:
+        fitting -= fitting % 8  # keep tensor-core friendly shapes
+    precision_hint = ("" if PRECISION_MODES[config.precision].activation_bytes < 4
+                      else ", or use --precision=fp16 (halves activations)")
+    fix = (f"lower --train_batch_size to about {fitting} and raise --num_accumulation_steps to "
+           f"keep the global batch{precision_hint}" if fitting else
+           "it does not fit even at batch 1: use a GPU with more memory, a shorter "
+           f"--max_seq_length{precision_hint}")
+    return Check(WARN, name, f"{breakdown} > {gpu.describe()}: likely out of memory", fix)
 
 
 def cpu_flags(cpuinfo="/proc/cpuinfo") -> set:
@@ -182,9 +186,31 @@ def check_cpu_half_precision(precision: str, gpu_count: int, flags: set,
                  "CPUs with AVX512_BF16/AMX")
 
 
+def check_deterministic_xla(config: PretrainingConfig) -> Check:
+    """--deterministic with --use_xla: XLA's GPU compiler, asked for determinism, expands
+    scatters whose float adds could run in any order (ScatterExpander's
+    kEliminateIndeterministicScatters, in XLA's gpu_compiler.cc) into a loop over the scattered
+    rows, one after another: the gradients of the embedding lookups (a row per token) and of
+    the masked-LM gather. Newer XLA first tries a sort-based expansion
+    (ScatterDeterminismExpander), which early versions applied only to one-element rows."""
+    name = "--deterministic with --use_xla"
+    if not (config.deterministic and config.use_xla):
+        return Check(OK, name, "not both set")
+    rows = config.train_batch_size * config.max_seq_length
+    return Check(WARN, name, f"on a GPU, XLA turns the embedding gradients' scatter-adds "
+                 f"({rows:,} token rows per micro-batch at --train_batch_size="
+                 f"{config.train_batch_size} x --max_seq_length={config.max_seq_length}, for "
+                 "each embedding table, plus the masked-LM gather's) into sequential loops: "
+                 "expect slower updates (not measured: no GPU has run it; docs/running.md)",
+                 "use --deterministic for a reproducible debugging run, not for the full "
+                 "training; or drop --use_xla with it (TensorFlow has deterministic GPU kernels "
+                 "for these)")
+
+
 def training_checks(config: PretrainingConfig, bert_config: BertConfig | None,
-                    masked_lm_prob: float, gpu_memory_gb: float | None) -> list[Check]:
+                    masked_lm_prob: float, gpu: DeviceMemory | None) -> list[Check]:
     return [check_sequence_length(config, bert_config),
             check_tensor_core_shapes(config, bert_config),
             check_max_predictions(config, masked_lm_prob),
-            check_memory(config, bert_config, gpu_memory_gb)]
+            check_memory(config, bert_config, gpu),
+            check_deterministic_xla(config)]

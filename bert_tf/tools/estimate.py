@@ -18,7 +18,6 @@ the model's error against NVIDIA's published tables is bench/estimate_vs_publish
 """
 
 import dataclasses
-import json
 import math
 
 from absl import flags
@@ -26,6 +25,12 @@ from absl import flags
 import bert_tf
 from bert_tf.model.config import BertConfigError
 from bert_tf.tools import hardware, performance, plan, recipe
+from bert_tf.tools.estimate_inputs import (
+    NUMERIC_FLAGS,
+    EstimateError,
+    check_numbers,
+    throughput_from_metrics,
+)
 from bert_tf.tools.model_size import (
     MODEL_PRESETS,
     count_parameters,
@@ -33,51 +38,6 @@ from bert_tf.tools.model_size import (
     training_flops_per_sequence,
 )
 from bert_tf.train.config import PRECISIONS
-
-
-class EstimateError(ValueError):
-    """Bad estimator input; the message names the flag or file."""
-
-
-def throughput_from_metrics(path, num_devices=None, skip_first=1):
-    """Mean sequences/second per device over a metrics.jsonl from a short run.
-
-    Its `sequences_per_second` counts all ranks together; the rank count comes from
-    each record's `num_ranks` or else `num_devices`. The first `skip_first` records
-    (tracing/compilation) are skipped when there are more."""
-    records = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
-    except FileNotFoundError:
-        raise EstimateError(f"--metrics_file={path}: file not found") from None
-    except IsADirectoryError:
-        raise EstimateError(f"--metrics_file={path} is a directory; pass the metrics.jsonl in "
-                            "it") from None
-    for line_number, line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            if line_number == lines[-1][0] and not line.endswith("\n"):
-                continue  # the last line, cut short by a kill mid-write
-            raise EstimateError(f"{path}:{line_number}: not JSON ({e})") from None
-        if "sequences_per_second" in record:
-            records.append(record)
-    if not records:
-        raise EstimateError(
-            f"--metrics_file={path}: no record has 'sequences_per_second'; pass a metrics.jsonl "
-            "written by run_pretraining.py, or --sequences_per_second")
-    if len(records) > skip_first:
-        records = records[skip_first:]
-    per_device = []
-    for record in records:
-        ranks = record.get("num_ranks", num_devices)
-        if not ranks:
-            raise EstimateError(
-                f"--metrics_file={path} does not say how many ranks ran: pass "
-                "--metrics_num_devices (the -np of that run)")
-        per_device.append(record["sequences_per_second"] / ranks)
-    return sum(per_device) / len(per_device)
 
 
 @dataclasses.dataclass
@@ -145,6 +105,20 @@ class EstimateConfig:
     use_xla: bool | None = None
     fp16_allreduce: bool | None = None
     max_nodes: int = 64
+    list_gpus: bool = False
+
+
+def checked_config(config: EstimateConfig) -> EstimateConfig:
+    """The config with its --recipe's values filled in, every number checked (the flags'
+    first, then the recipe's): EstimateError or recipe.RecipeError naming the flag."""
+    check_numbers(dataclasses.asdict(config), NUMERIC_FLAGS)
+    filled = recipe.with_recipe(config)
+    if config.recipe:
+        check_numbers(dataclasses.asdict(filled), NUMERIC_FLAGS, where=f"--recipe={config.recipe}: ")
+    if filled.max_predictions_per_seq > filled.max_seq_length:
+        raise EstimateError(f"--max_predictions_per_seq={filled.max_predictions_per_seq} "
+                            f"exceeds --max_seq_length={filled.max_seq_length}")
+    return filled
 
 
 def define_flags():
@@ -201,6 +175,9 @@ def _define_hardware_flags(d):
     flags.DEFINE_bool("use_xla", None, "As run_pretraining.py's.")
     flags.DEFINE_bool("fp16_allreduce", None, "As run_pretraining.py's.")
     flags.DEFINE_integer("max_nodes", d["max_nodes"], "Largest node count in the table.")
+    flags.DEFINE_bool("list_gpus", d["list_gpus"],
+                      "Print the GPU presets, their memory for TensorFlow and how sure each "
+                      "one's modelled throughput is (measured / fitted / borrowed), then exit.")
 
 
 def number_of_sequences(config: EstimateConfig):
@@ -241,8 +218,6 @@ def measured_throughput(config: EstimateConfig):
         per_device, source = config.sequences_per_second, "--sequences_per_second"
     else:
         return None, None
-    if per_device <= 0:
-        raise EstimateError(f"throughput must be positive, got {per_device}")
     return per_device, source
 
 
@@ -260,11 +235,9 @@ def print_model_and_training(bert_config, config: EstimateConfig):
 def print_estimate(config: EstimateConfig) -> TrainingEstimate:
     """Prints the estimate without hardware (a throughput you give, linear scaling times an
     efficiency); EstimateError or BertConfigError on bad input."""
-    config = recipe.with_recipe(config)
+    config = checked_config(config)
     bert_config = load_model_config(config.bert_config_file, config.model)
     number_of_sequences(config)  # its errors before the throughput's
-    if config.num_devices < 1:
-        raise EstimateError(f"--num_devices must be >= 1, got {config.num_devices}")
     per_device, source = measured_throughput(config)
     if per_device is None:
         raise EstimateError("give the throughput exactly one way: --sequences_per_second "
@@ -272,8 +245,6 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
                             "give the hardware (--instance or --gpu) to have it modelled")
     efficiency = (default_efficiency(config.num_devices) if config.efficiency is None
                   else config.efficiency)
-    if not 0 < efficiency <= 1:
-        raise EstimateError(f"--efficiency must be in (0, 1], got {efficiency}")
 
     sequences = print_model_and_training(bert_config, config)
     estimate = TrainingEstimate(sequences, per_device, config.num_devices, efficiency)
@@ -298,14 +269,12 @@ def print_estimate(config: EstimateConfig) -> TrainingEstimate:
 
 def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
     """Prints the modelled estimate on --instance or --gpu nodes (bert_tf.tools.plan)."""
-    config = recipe.with_recipe(config)
+    config = checked_config(config)
     if config.num_devices != 1 or config.efficiency is not None or config.peak_tflops:
         raise EstimateError("--num_devices, --efficiency and --peak_tflops are for the estimate "
                             "without hardware; with --instance/--gpu give --gpus_per_node and "
                             "--num_nodes (the efficiency and the peak come from the model)")
-    if config.num_nodes < 1:
-        raise EstimateError(f"--num_nodes must be >= 1, got {config.num_nodes}")
-    if not config.train_batch_size or config.train_batch_size < 1:
+    if config.train_batch_size is None:
         raise EstimateError("--instance/--gpu need the per-GPU batch: --train_batch_size or "
                             "--recipe")
     bert_config = load_model_config(config.bert_config_file, config.model)
@@ -316,6 +285,11 @@ def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
     gpus = node.gpus_per_node * config.num_nodes
     global_batch = config.global_batch_size or (
         config.train_batch_size * config.num_accumulation_steps * gpus)
+    if gpus > global_batch:
+        raise EstimateError(
+            f"--num_nodes={config.num_nodes} x {node.gpus_per_node} GPUs per node = {gpus} GPUs "
+            f"exceed the global batch of {global_batch} sequences (each GPU needs one per "
+            "update): use fewer nodes or a larger --global_batch_size")
     if config.num_sequences is None and config.corpus_tokens is None:
         config = dataclasses.replace(config, global_batch_size=global_batch)
     workload = performance.Workload(bert_config, config.max_seq_length,
@@ -328,7 +302,9 @@ def print_hardware_estimate(config: EstimateConfig) -> plan.PlanRow:
 
 
 def run(config: EstimateConfig) -> int:
-    if config.instance or config.gpu:
+    if config.list_gpus:
+        plan.print_gpu_presets(config.precision or "fp16")
+    elif config.instance or config.gpu:
         print_hardware_estimate(config)
     else:
         print_estimate(config)

@@ -20,9 +20,9 @@ import tensorflow as tf
 
 import bert_tf
 from bert_tf.data.files import OutputDirError
-from bert_tf.data.graph_tokenization import needs_python_word_splitter
+from bert_tf.data.graph_tokenization import graph_word_splitter, needs_python_word_splitter
 from bert_tf.data.output_dir import check_new_output_dir
-from bert_tf.data.tokenization import load_vocab
+from bert_tf.data.tokenization import load_vocab, resolve_spec
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import BertModel, variables_by_name
@@ -53,7 +53,7 @@ class ExportSource:
     kind: str  # one of KINDS
     labels: list  # label names in id order (empty for an encoder)
     task_name: str = ""
-    word_splitter: str = "basic"  # graph_tokenization's hook: "basic" = Google's rules
+    word_splitter: str = "bert"  # graph_tokenization.graph_word_splitter: "bert" = Google's
 
     @property
     def vocab(self) -> list[str]:
@@ -155,9 +155,11 @@ def resolve_source(checkpoint: str, bert_config_file: str = "", vocab_file: str 
     if length > config.max_position_embeddings:
         raise ExportError(f"--max_seq_length={length} exceeds the model's "
                           f"max_position_embeddings={config.max_position_embeddings}")
-    lower = info.get("do_lower_case", True) if do_lower_case is None else do_lower_case
-    return ExportSource(prefix, config, vocab, lower, length, kind, list(labels) if fine_tuned
-                        else [], info.get("task_name", ""))
+    lower = info.get("do_lower_case") if do_lower_case is None else do_lower_case
+    spec = resolve_spec(vocab, lower, check_dictionary=False)
+    return ExportSource(prefix, config, vocab, spec.do_lower_case, length, kind,
+                        list(labels) if fine_tuned else [], info.get("task_name", ""),
+                        graph_word_splitter(spec))
 
 
 def _bert_config(prefix: str, bert_config_file: str, info: dict) -> BertConfig:

@@ -33,6 +33,8 @@ class GpuSpec:
     memory_gb_s: float
     nvlink_gb_s: float | None  # per GPU, per direction; None: PCIe only
     pcie_gen: int
+    memory_mib: int  # what CUDA reports (nvidia-smi memory.total): below the name's "GB"
+    cc_major: int  # compute capability, major version (TensorFlow's reserve depends on it)
 
     def peak_tflops(self, precision: str) -> float:
         """Matmul peak under a --precision: fp32 runs TF32 on Ampere+ (TensorFlow's default)."""
@@ -55,37 +57,41 @@ class GpuSpec:
         return "NVLink" if self.nvlink_gb_s else f"PCIe gen{self.pcie_gen}"
 
 
+# memory_mib: nvidia-smi's memory.total as public logs show it (V100-16GB 16,160; V100-32GB
+# 32,510; T4 15,360; A10G 23,028; A100-40GB 40,536; A100-80GB 81,920; H100 SXM 81,559; H200
+# 143,771; L4 23,034 MiB): HBM stacks hold 16/32/40/80 GiB, less what ECC and the driver
+# keep; H200's "141 GB" is 140.4 GiB visible. docs/memory.md.
 GPUS = {g.name: g for g in (
     # https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf
     # V100 SXM2: 15.7 FP32, 125 tensor TFLOPS, 900 GB/s HBM2, NVLink 300 GB/s (both directions).
-    GpuSpec("v100-16gb", "volta", 15.7, None, 125.0, None, 16, 900, 150, 3),
-    GpuSpec("v100-32gb", "volta", 15.7, None, 125.0, None, 32, 900, 150, 3),
+    GpuSpec("v100-16gb", "volta", 15.7, None, 125.0, None, 16, 900, 150, 3, 16160, 7),
+    GpuSpec("v100-32gb", "volta", 15.7, None, 125.0, None, 32, 900, 150, 3, 32510, 7),
     # DGX-2H's 450 W V100 SXM3: 2.1 PFLOPS tensor for 16 GPUs against DGX-2's 2.0
     # (https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/dgx-2/dgx-2h-datasheet-us-nvidia-841283-r6-web.pdf),
     # 16.4 FP32 scaled the same way; NVSwitch 300 GB/s per GPU both directions.
-    GpuSpec("v100-32gb-dgx2h", "volta", 16.4, None, 131.0, None, 32, 900, 150, 3),
+    GpuSpec("v100-32gb-dgx2h", "volta", 16.4, None, 131.0, None, 32, 900, 150, 3, 32510, 7),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
     # 8.1 FP32, 65 FP16 mixed, 16 GB GDDR6 320 GB/s, PCIe gen3 x16.
-    GpuSpec("t4", "turing", 8.1, None, 65.0, None, 16, 320, None, 3),
+    GpuSpec("t4", "turing", 8.1, None, 65.0, None, 16, 320, None, 3, 15360, 7),
     # AWS's A10G (g5): 31.2 FP32, 35 TF32, 70 FP16/BF16 dense, 24 GB GDDR6 600 GB/s, PCIe gen4
     # (https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/, A10 vs A10G
     # table; NVIDIA publishes no A10G datasheet, and other compilations give 62.5 FP16).
-    GpuSpec("a10g", "ampere", 31.2, 35.0, 70.0, 70.0, 24, 600, None, 4),
+    GpuSpec("a10g", "ampere", 31.2, 35.0, 70.0, 70.0, 24, 600, None, 4, 23028, 8),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     # SXM: 19.5 FP32, 156 TF32, 312 FP16/BF16; 40 GB HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s;
     # NVLink 600 GB/s (both directions).
-    GpuSpec("a100-40gb", "ampere", 19.5, 156.0, 312.0, 312.0, 40, 1555, 300, 4),
-    GpuSpec("a100-80gb", "ampere", 19.5, 156.0, 312.0, 312.0, 80, 2039, 300, 4),
+    GpuSpec("a100-40gb", "ampere", 19.5, 156.0, 312.0, 312.0, 40, 1555, 300, 4, 40536, 8),
+    GpuSpec("a100-80gb", "ampere", 19.5, 156.0, 312.0, 312.0, 80, 2039, 300, 4, 81920, 8),
     # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 SXM):
     # 67 FP32, 989 TF32 / 1,979 FP16/BF16 with sparsity (half dense), 80 GB HBM3 3.35 TB/s,
     # NVLink 900 GB/s (both directions), PCIe gen5.
-    GpuSpec("h100-sxm", "hopper", 67.0, 494.5, 989.5, 989.5, 80, 3350, 450, 5),
+    GpuSpec("h100-sxm", "hopper", 67.0, 494.5, 989.5, 989.5, 80, 3350, 450, 5, 81559, 9),
     # https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM): H100's compute, 141 GB HBM3e
     # at 4.8 TB/s, NVLink 900 GB/s.
-    GpuSpec("h200-sxm", "hopper", 67.0, 494.5, 989.5, 989.5, 141, 4800, 450, 5),
+    GpuSpec("h200-sxm", "hopper", 67.0, 494.5, 989.5, 989.5, 141, 4800, 450, 5, 143771, 9),
     # https://www.nvidia.com/en-us/data-center/l4/: 30.3 FP32, 120 TF32 / 242 FP16/BF16 with
     # sparsity, 24 GB GDDR6 300 GB/s, PCIe gen4 x16.
-    GpuSpec("l4", "ada", 30.3, 60.0, 121.0, 121.0, 24, 300, None, 4),
+    GpuSpec("l4", "ada", 30.3, 60.0, 121.0, 121.0, 24, 300, None, 4, 23034, 8),
 )}
 
 

@@ -4,7 +4,7 @@ the memory one GPU needs for a training step (and the largest per-GPU batch that
 import dataclasses
 import math
 
-from bert_tf.model.config import BertConfig, BertConfigError
+from bert_tf.model.config import DTYPE_BYTES, BertConfig, BertConfigError, attention_probs_dtype
 from bert_tf.train.config import PRECISION_MODES
 
 GIB = 1024**3
@@ -70,47 +70,54 @@ class MemoryEstimate:
         return sum(dataclasses.astuple(self))
 
 
-# CUDA context, cuBLAS/cuDNN workspaces and allocator fragmentation.
+MIB = 1024**2
+# Inside TensorFlow's allocator, beyond what the tensors count: cuBLAS/cuDNN workspaces and
+# the BFC allocator's fragmentation.
 WORKSPACE_BYTES = 1 * GIB
 
 MEMORY_FORMULA = (
     "weights 4P (+2P half copies under fp16/bf16/amp) + grads 4P + LAMB/Adam slots 8P "
     "+ accumulation 4P (if accumulating) + activations kept for the backward pass, per layer "
-    "(k bytes per compute-dtype element, T = b*s tokens, S = b*A*s^2): without XLA "
-    "T*H*k*8 (input, q, k, v, context, LayerNorm output, 2 dropout masks) + 2 LayerNorms x "
-    "3 float32 T*H (input, centred, normalised) + GELU T*I*k*4 + attention S*(4 float32 "
-    "probs + 2k dropped half copy and mask); with XLA (fused) T*H*k*6 + 2 x 4*T*H + T*I*k*2 "
-    "+ S*(4+k+1) + MLM logits b*P*V*8 + 1 GiB workspace"
+    "(k bytes per compute-dtype element, T = b*s tokens, S = b*A*s^2 attention elements, "
+    "p bytes per kept attention probability, bool dropout masks 1 byte): without XLA "
+    "T*H*(6k + 2) (input, q, k, v, context, LayerNorm output; 2 masks) + 2 LayerNorms x 3 "
+    "float32 T*H + GELU 4k*T*I + S*(p + 1 + k) (probs, mask, dropped copy); with XLA "
+    "T*H*(6k + 2) + 2 x 4*T*H + 2k*T*I + S*(p + 1 + k); embeddings 3 float32 T*H + mask; "
+    "MLM head per prediction 6k*H + 12*H + 8*V (float32 logits and their gradient); "
+    "backward working set of one layer S*(4 + k) + 1 GiB workspace; the GPU gives TensorFlow "
+    "its CUDA-visible memory less the CUDA context and TensorFlow's reserve (docs/memory.md)"
 )
 
 
 def activation_bytes_per_sequence(config: BertConfig, seq_length, max_predictions_per_seq,
                                   precision="fp32", use_xla=False) -> float:
-    """Bytes of activations one sequence keeps for the backward pass (see MEMORY_FORMULA).
+    """Bytes one sequence keeps for the backward pass (see MEMORY_FORMULA, docs/memory.md).
 
-    Counted from bert_tf/model/modeling.py: attention probabilities are float32 (softmax
-    in float32) and a compute-dtype copy goes through dropout, whose mask is a
-    compute-dtype tensor (TensorFlow's dropout multiplies by the cast mask); LayerNorm
-    casts its input to float32 and its unfused ops keep the input, x - mean and the
-    normalised x; exact GELU (0.5*x*(1+erf(x/sqrt 2))) keeps three I-wide tensors
-    plus its output for the next matmul. XLA fuses the elementwise chains: one float32
-    LayerNorm input, the GELU input and 1-byte masks are what it keeps."""
+    Counted from bert_tf/model/modeling.py under TensorFlow 2.21: attention probabilities
+    in attention_probs_dtype (the one place the model takes it from) and a compute-dtype
+    copy through dropout; dropout keeps a bool mask (tf.nn.experimental.stateless_dropout
+    selects with where_v2, whose gradient reads only the condition); LayerNorm casts its
+    input to float32 and its unfused ops keep the input, x - mean and the normalised x;
+    exact GELU (0.5*x*(1+erf(x/sqrt 2))) keeps three I-wide tensors plus its output for the
+    next matmul. XLA fuses the elementwise chains: one float32 LayerNorm input and the GELU
+    input and output are what it keeps. Plus the gradients of one layer's attention alive
+    during its backward pass (float32 probabilities' gradient and the scores' gradient)."""
     if precision not in PRECISION_MODES:
         raise ValueError(f"precision must be one of {', '.join(PRECISION_MODES)}, "
                          f"got {precision!r}")
-    k = PRECISION_MODES[precision].activation_bytes
+    mode = PRECISION_MODES[precision]
+    k = mode.activation_bytes
+    p = DTYPE_BYTES[attention_probs_dtype(mode.compute_dtype)]
     h, i, s = config.hidden_size, config.intermediate_size, seq_length
     attention_elements = config.num_attention_heads * s * s
-    if use_xla:
-        per_token = 6 * h * k + 2 * 4 * h + 2 * i * k
-        per_attention = 4 + k + 1
-    else:
-        per_token = 8 * h * k + 2 * 3 * 4 * h + 4 * i * k
-        per_attention = 4 + 2 * k
-    layer = s * per_token + attention_elements * per_attention
-    embeddings = s * (3 * 4 * h + h * k)  # float32 LayerNorm + dropout mask
-    logits = max_predictions_per_seq * config.vocab_size * 8  # float32 logits + their grads
-    return config.num_hidden_layers * layer + embeddings + logits
+    layer_norms = 2 * 4 * h if use_xla else 2 * 3 * 4 * h
+    gelu = (2 if use_xla else 4) * i * k
+    per_token = 6 * h * k + 2 * h + layer_norms + gelu
+    layer = s * per_token + attention_elements * (p + 1 + k)
+    embeddings = s * (3 * 4 * h + h)  # float32 LayerNorm + dropout mask
+    mlm_head = max_predictions_per_seq * (6 * h * k + 3 * 4 * h + 8 * config.vocab_size)
+    backward = attention_elements * (4 + k)
+    return config.num_hidden_layers * layer + embeddings + mlm_head + backward
 
 
 def estimate_memory(config: BertConfig, batch_size, seq_length, max_predictions_per_seq,

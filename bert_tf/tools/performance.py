@@ -24,18 +24,76 @@ from bert_tf.tools.hardware import GpuSpec
 
 # Fraction of the matmul peak BERT's FLOPs reach, by GPU generation and the unit doing
 # them: tensor cores in fp16/bf16 ("half") or TF32, or plain fp32 (no tensor cores: V100,
-# T4). Published TensorFlow BERT figures exist for Volta and Ampere only; Turing borrows
-# Volta's, Ada and Hopper borrow Ampere's (an assumption until measured there).
-# bench/estimate_vs_published.py --fit.
-COMPUTE_EFFICIENCY = {"volta-half": 0.606, "volta-fp32": 0.831, "ampere-half": 0.557,
-                      "ampere-tf32": 0.583}
-GENERATION = {"volta": "volta", "turing": "volta", "ampere": "ampere", "ada": "ampere",
+# T4). Volta's and Ampere's are fitted to NVIDIA's published TensorFlow BERT-large
+# pretraining rows; Turing's make the estimate's T4/V100 ratio NVIDIA's published T4/V100
+# BERT-large inference ratio (same README and container: no T4 training figure is
+# published); Ada and Hopper borrow Ampere's (an assumption until measured there).
+# `python bench/estimate_vs_published.py --fit` prints them.
+COMPUTE_EFFICIENCY = {"volta-half": 0.608, "volta-fp32": 0.828, "ampere-half": 0.559,
+                      "ampere-tf32": 0.583, "turing-half": 0.200, "turing-fp32": 0.323}
+GENERATION = {"volta": "volta", "turing": "turing", "ampere": "ampere", "ada": "ampere",
               "hopper": "ampere"}
+# The presets whose efficiency comes from published figures, and which: the systems of
+# NVIDIA's TensorFlow BERT-large tables (DeepLearningExamples TensorFlow and TensorFlow2
+# READMEs at 729963dd) that bench/estimate_vs_published.py fits to; a test keeps the two in
+# step.
+FITTED_ON = {
+    "v100-16gb": "NVIDIA's TensorFlow BERT-large pretraining tables on DGX-1 16GB (TF1)",
+    "v100-32gb": "NVIDIA's TensorFlow BERT-large pretraining tables on DGX-1 32GB and DGX-2 "
+                 "(TF1, TF2)",
+    "v100-32gb-dgx2h": "NVIDIA's TensorFlow BERT-large pretraining tables on DGX-2H (TF1, TF2)",
+    "a100-40gb": "NVIDIA's TensorFlow BERT-large pretraining tables on DGX A100 40GB (TF1)",
+    "a100-80gb": "NVIDIA's TensorFlow BERT-large pretraining tables on DGX A100 80GB (TF2)",
+    "t4": "NVIDIA's T4/V100 BERT-large inference ratio (TF1 README, same container; no T4 "
+          "training figure is published): an upper bound, as batch 8 fills a T4 better than "
+          "a V100",
+}
+# Why the others are unchecked (docs/running.md section 3; bench/README.md, `--gpus`).
+BORROWED_WHY = {
+    "ampere": "no published BERT training figure for this Ampere GPU outside the DGX A100",
+    "ada": "no published BERT training figure for Ada GPUs",
+    "hopper": "no published TensorFlow BERT figure for Hopper; MLPerf's H100/H200 BERT "
+              "results time NVIDIA's PyTorch code on packed sequences, another workload",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Confidence:
+    """How sure the estimate's per-GPU throughput is, and where it comes from."""
+
+    level: str  # measured (the user's throughput), fitted (published figures), borrowed
+    source: str
+
+    def __str__(self):
+        return f"{self.level}: {self.source}"
+
+
+def confidence(gpu: GpuSpec, precision: str, measured_source: str | None = None) -> Confidence:
+    """How sure the per-GPU throughput on `gpu` under `precision` is.
+
+    Args:
+      gpu: the GPU preset.
+      precision: the run's --precision (picks the efficiency class).
+      measured_source: where a measured throughput came from (--sequences_per_second,
+        --metrics_file=...), if one replaces the model.
+
+    Returns:
+      A Confidence: measured, fitted (published figures cover this preset) or borrowed.
+    """
+    if measured_source:
+        return Confidence("measured", measured_source)
+    key = efficiency_class(gpu, precision)
+    if gpu.name in FITTED_ON:
+        return Confidence("fitted", f"{key} efficiency {COMPUTE_EFFICIENCY[key]:.3f} fitted to "
+                          f"{FITTED_ON[gpu.name]} (bench/estimate_vs_published.py)")
+    return Confidence("borrowed", f"{key} efficiency {COMPUTE_EFFICIENCY[key]:.3f} from the "
+                      f"fitted {GENERATION[gpu.architecture].title()} presets; "
+                      f"{BORROWED_WHY[gpu.architecture]}; measure with bench/gpu_check.sh")
 # Memory traffic of the elementwise ops (softmax, LayerNorm, GELU, dropout, casts) in
 # multiples of the activations a sequence keeps (model_size.activation_bytes_per_sequence).
-ELEMENTWISE_PASSES = 6.63
+ELEMENTWISE_PASSES = 6.45
 # Per micro-step launch, host and input overhead, seconds.
-MICRO_STEP_OVERHEAD_S = 0.058
+MICRO_STEP_OVERHEAD_S = 0.057
 # LAMB reads weights, gradients (or the accumulator) and two slots, and writes weights,
 # slots and the zeroed accumulator: ~8 float32 accesses per parameter, plus half copies.
 OPTIMIZER_BYTES_PER_PARAM = 36

@@ -6,7 +6,8 @@ import dataclasses
 import math
 
 from bert_tf.tools import model_size, performance
-from bert_tf.tools.hardware import GpuSpec, HardwareError, get_gpu, get_instance
+from bert_tf.tools.device_memory import DeviceMemory, device_memory
+from bert_tf.tools.hardware import GPUS, GpuSpec, HardwareError, get_gpu, get_instance
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 # "Communication negligible": update + allreduce under this fraction of the step.
@@ -39,13 +40,16 @@ def resolve_hardware(instance=None, gpu=None, gpus_per_node=None, network_gbps=N
     if instance:
         spec = get_instance(instance)
         g = get_gpu(gpu or spec.gpu)
-        count = gpus_per_node or spec.gpus
+        count = spec.gpus if gpus_per_node is None else gpus_per_node
         price = spec.price_per_hour
         where = f"{spec.name}: "
-        network, rdma, vcpus = network_gbps or spec.network_gbps, spec.rdma, spec.vcpus
+        network = spec.network_gbps if network_gbps is None else network_gbps
+        rdma, vcpus = spec.rdma, spec.vcpus
     else:
-        g, count, price, where = get_gpu(gpu), gpus_per_node or 1, None, ""
-        network, rdma, vcpus = network_gbps or 100.0, True, None
+        g, price, where = get_gpu(gpu), None, ""
+        count = 1 if gpus_per_node is None else gpus_per_node
+        network = 100.0 if network_gbps is None else network_gbps
+        rdma, vcpus = True, None
     if price_per_hour is not None:
         price = price_per_hour
     elif price_per_device_hour is not None:
@@ -71,13 +75,33 @@ class PlanRow:
     cost: float | None
 
 
+def split_global_batch(global_batch, gpus, batch_limit) -> tuple[int, int]:
+    """The per-GPU batch and accumulation that make the global batch on `gpus` GPUs.
+
+    Args:
+      global_batch: sequences per update, all GPUs.
+      gpus: GPUs training together.
+      batch_limit: the largest per-GPU batch (the recipe's, or what fits in memory).
+
+    Returns:
+      (batch, accumulation): the largest batch up to `batch_limit` whose micro-batches make
+      exactly the global batch, as launch/launch.py requires; when the GPU count does not
+      divide it (a node count of the table), the nearest global batch above.
+    """
+    if global_batch % gpus:
+        batch = max(1, min(batch_limit, global_batch // gpus))
+        return batch, max(1, math.ceil(global_batch / (batch * gpus)))
+    per_gpu = global_batch // gpus
+    batch = max(d for d in range(1, min(batch_limit, per_gpu) + 1) if per_gpu % d == 0)
+    return batch, per_gpu // batch
+
+
 def plan_row(workload: performance.Workload, hardware: Hardware, num_nodes, global_batch,
              num_sequences, measured=None) -> PlanRow:
     """Training on `num_nodes` at a fixed global batch: accumulation fills it; when the GPUs
     outnumber it, each GPU's batch shrinks."""
     gpus = hardware.gpus_per_node * num_nodes
-    batch = max(1, min(workload.batch_size, global_batch // gpus))
-    accumulation = max(1, math.ceil(global_batch / (batch * gpus)))
+    batch, accumulation = split_global_batch(global_batch, gpus, workload.batch_size)
     step = performance.step_time(dataclasses.replace(workload, batch_size=batch),
                                  hardware.cluster(num_nodes), accumulation, measured)
     one_gpu = measured or workload.batch_size / performance.micro_step_seconds(workload,
@@ -96,6 +120,19 @@ def scaling_table(workload, hardware, global_batch, num_sequences, measured=None
             for n in NODE_COUNTS if n <= max_nodes and n * hardware.gpus_per_node <= global_batch]
 
 
+def print_gpu_presets(precision="fp16"):
+    """Every GPU preset: peak, memory for TensorFlow, and how sure its throughput is."""
+    print(f"GPU presets ({precision}): dense peak, memory CUDA reports / TensorFlow's allocator "
+          "gets, confidence of the modelled throughput")
+    for gpu in GPUS.values():
+        peak = (f"{gpu.peak_tflops(precision):g} TFLOP/s" if precision != "bf16"
+                or gpu.bf16_tflops else "no bf16")
+        unit = precision if precision != "bf16" or gpu.bf16_tflops else "fp16"
+        print(f"  {gpu.name:<16} {peak:>14}  {gpu.memory_mib:>7,} MiB / "
+              f"{gpu_memory(gpu).allocator_bytes / model_size.GIB:5.1f} GiB  "
+              f"{performance.confidence(gpu, unit)}")
+
+
 def _money(value):
     return "n/a" if value is None else f"${value:,.0f}"
 
@@ -108,16 +145,22 @@ def format_duration(seconds):
     return f"{seconds / 86400:.2f} days ({seconds / 3600:.1f} h)"
 
 
+def gpu_memory(gpu: GpuSpec) -> DeviceMemory:
+    """What TensorFlow's allocator gets on this GPU in a run whose environment is unknown."""
+    return device_memory(gpu.memory_mib, gpu.cc_major)
+
+
 def fitting_batch(workload: performance.Workload, gpu: GpuSpec) -> int:
     """The workload's per-GPU batch if its memory estimate fits the GPU (with an
     accumulation buffer), else the largest that does, rounded down to a multiple of 8."""
     w = workload
-    largest = model_size.largest_batch(w.bert_config, gpu.memory_gb * model_size.GIB,
+    largest = model_size.largest_batch(w.bert_config, gpu_memory(gpu).allocator_bytes,
                                        w.seq_length, w.max_predictions_per_seq, w.precision,
                                        w.use_xla)
     if largest < 1:
         raise HardwareError(f"BERT with H={w.bert_config.hidden_size} at seq {w.seq_length} "
-                            f"does not fit in {gpu.name}'s {gpu.memory_gb:g} GB even at batch 1")
+                            f"does not fit in {gpu.name}'s {gpu_memory(gpu).describe()} even "
+                            "at batch 1")
     return min(w.batch_size, largest - largest % 8 or largest)
 
 
@@ -126,15 +169,16 @@ def print_memory(workload: performance.Workload, gpu: GpuSpec, accumulation):
     m = model_size.estimate_memory(w.bert_config, w.batch_size, w.seq_length,
                                    w.max_predictions_per_seq, w.precision, accumulation,
                                    w.use_xla)
-    g = model_size.GIB
-    largest = {xla: model_size.largest_batch(w.bert_config, gpu.memory_gb * g, w.seq_length,
-                                             w.max_predictions_per_seq, w.precision, xla,
-                                             accumulation > 1) for xla in (True, False)}
+    g, budget = model_size.GIB, gpu_memory(gpu)
+    largest = {xla: model_size.largest_batch(w.bert_config, budget.allocator_bytes,
+                                             w.seq_length, w.max_predictions_per_seq,
+                                             w.precision, xla, accumulation > 1)
+               for xla in (True, False)}
     print(f"memory per GPU: {m.total / g:.1f} GiB at batch {w.batch_size} (weights+grads+"
           f"optimizer+accumulation {(m.total - m.activations - m.workspace) / g:.1f}, "
           f"activations {m.activations / g:.1f}, workspace {m.workspace / g:.0f}, XLA "
-          f"{'on' if w.use_xla else 'off'}) of {gpu.memory_gb:g} GB; largest batch "
-          f"that fits: {largest[True]} with XLA, {largest[False]} without")
+          f"{'on' if w.use_xla else 'off'}) of {gpu.name}'s {budget.describe()}; largest "
+          f"batch that fits: {largest[True]} with XLA, {largest[False]} without")
 
 
 def print_step(row: PlanRow, workload, hardware):
@@ -171,22 +215,23 @@ def print_plan(workload: performance.Workload, hardware: Hardware, num_nodes, gl
     """Prints the plan for `num_nodes` and the table over node counts; returns its row."""
     gpu = hardware.gpu
     print(f"hardware: {num_nodes} node(s) x {hardware.description}")
-    batch = fitting_batch(workload, gpu)
-    if batch < workload.batch_size:
-        print(f"batch: {workload.batch_size} per GPU does not fit in {gpu.memory_gb:g} GB; "
-              f"estimating --train_batch_size={batch} (more accumulation, same global batch)")
-        workload = dataclasses.replace(workload, batch_size=batch)
+    recipe_batch = workload.batch_size
+    workload = dataclasses.replace(workload, batch_size=fitting_batch(workload, gpu))
     row = plan_row(workload, hardware, num_nodes, global_batch, num_sequences, measured)
+    if workload.batch_size < recipe_batch:
+        print(f"batch: {recipe_batch} per GPU does not fit in {gpu.name}'s "
+              f"{gpu_memory(gpu).allocator_bytes / model_size.GIB:.1f} GiB for TensorFlow; "
+              f"estimating --train_batch_size={row.batch_size} (more accumulation, same global "
+              "batch)")
     per_gpu = dataclasses.replace(workload, batch_size=row.batch_size)
     one_gpu = measured or per_gpu.batch_size / performance.micro_step_seconds(per_gpu, gpu)
     peak = gpu.peak_tflops(workload.precision)
-    source = measured_source or (
-        f"model: {performance.COMPUTE_EFFICIENCY[performance.efficiency_class(gpu, workload.precision)]:.0%}"
-        f" of the matmul peak + elementwise traffic, fitted to NVIDIA's published TensorFlow BERT")
     print(f"per GPU: {one_gpu:,.1f} sequences/s at batch {row.batch_size}, "
-          f"{workload.precision}, XLA {'on' if workload.use_xla else 'off'} ({source}); "
+          f"{workload.precision}, XLA {'on' if workload.use_xla else 'off'}; "
           f"{one_gpu * workload.flops_per_sequence / 1e12:.1f} TFLOP/s = "
           f"{one_gpu * workload.flops_per_sequence / 1e12 / peak:.0%} of {peak:g} peak")
+    print(f"throughput confidence: "
+          f"{performance.confidence(gpu, workload.precision, measured_source)}")
     print_memory(per_gpu, gpu, row.accumulation)
     print_step(row, workload, hardware)
     print(f"scaling efficiency: {row.efficiency:.1%} of {row.num_gpus} x one GPU; "

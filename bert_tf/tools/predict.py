@@ -14,7 +14,8 @@ import tensorflow as tf
 from absl import flags
 
 import bert_tf
-from bert_tf.data.tokenization import FullTokenizer, VocabError
+from bert_tf.data import shared_flags
+from bert_tf.data.tokenization import FullTokenizer, VocabError, load_tokenizer
 from bert_tf.model import checkpoints, devices
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import BertForPreTraining, variables_by_name
@@ -76,7 +77,8 @@ class PredictConfig:
     init_checkpoint: str
     vocab_file: str
     text: list[str]
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     top_k: int = 5
     json: bool = False
 
@@ -87,7 +89,7 @@ def define_flags() -> None:
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
     flags.DEFINE_string("init_checkpoint", None, "Checkpoint prefix or directory (its latest).")
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab the model was trained with.")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"], "Lower-case the text (uncased vocab).")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_multi_string("text", None, "Sentence with one or more [MASK]; repeatable.")
     flags.DEFINE_integer("top_k", d["top_k"], "Predictions per [MASK].")
     flags.DEFINE_bool("json", d["json"], "Print one JSON object per text instead of lines.")
@@ -98,7 +100,8 @@ def define_flags() -> None:
 def run(config: PredictConfig) -> int:
     """Prints the predictions for each text; returns the exit status."""
     devices.use_one_gpu()
-    tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+    tokenizer = load_tokenizer(config.vocab_file, config.do_lower_case,
+                               config.allow_dictionary_mismatch)
     if not 1 <= config.top_k <= tokenizer.vocab_size:
         raise ValueError(f"--top_k={config.top_k} must be between 1 and the {tokenizer.vocab_size} "
                          f"tokens of --vocab_file={config.vocab_file}")

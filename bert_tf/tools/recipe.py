@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import bert_tf
-from bert_tf.train.config import PretrainingConfig
+from bert_tf.train.config import PRECISIONS, PretrainingConfig
 
 
 class RecipeError(ValueError):
@@ -20,10 +20,17 @@ def _bool(text):
     raise ValueError(f"not a boolean: {text!r}")
 
 
-# run_pretraining.py flags an estimate takes from a recipe, with their parsers.
+def _precision(text):
+    if text not in PRECISIONS:
+        raise ValueError(f"{text!r} is not one of {', '.join(PRECISIONS)}")
+    return text
+
+
+# run_pretraining.py flags an estimate takes from a recipe, with their parsers (the estimate
+# checks the numbers' ranges, naming the recipe: estimate.checked_config).
 RECIPE_FLAGS = {"bert_config_file": str, "max_seq_length": int, "max_predictions_per_seq": int,
                 "train_batch_size": int, "num_accumulation_steps": int, "num_train_steps": int,
-                "global_batch_size": int, "precision": str, "use_xla": _bool,
+                "global_batch_size": int, "precision": _precision, "use_xla": _bool,
                 "fp16_allreduce": _bool}
 _RUN_DEFAULTS = bert_tf.flag_defaults(PretrainingConfig)
 
@@ -35,6 +42,9 @@ def read_recipe(path) -> dict:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise RecipeError(f"--recipe={path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise RecipeError(f"--recipe={path}: not a text flagfile (not UTF-8); pass a "
+                          "run_pretraining flagfile such as launch/recipes/*.flags") from None
     values = dict(re.findall(r"^--(\w+)=(.*?)\s*$", text, re.MULTILINE))
     comment = re.search(r"^#\s*global_batch_size:\s*(\d+)", text, re.MULTILINE)
     if comment:

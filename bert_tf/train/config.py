@@ -9,6 +9,8 @@ import re
 from absl import flags
 
 import bert_tf
+from bert_tf.data import shared_flags
+from bert_tf.data.numeric_flags import check_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,7 @@ class PretrainingConfig:
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
     dynamic_masking: bool = False
+    do_whole_word_mask: bool = False  # with dynamic_masking: words of the vocab's splitter
     vocab_file: str = ""
     num_train_steps: int = 100_000
     num_warmup_steps: int = 10_000
@@ -104,14 +107,19 @@ class PretrainingConfig:
         if self.dynamic_masking and not self.vocab_file:
             _fail("vocab_file", "is required with --dynamic_masking (the vocab the data was made "
                   "with: [MASK] and the random replacement tokens come from it)")
+        if self.do_whole_word_mask and not self.dynamic_masking:
+            _fail("do_whole_word_mask", "needs --dynamic_masking: masked records were masked when "
+                  "they were written (create_pretraining_data.py --do_whole_word_mask)")
 
     def _validate_sizes(self) -> None:
         for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
                      "max_predictions_per_seq", "num_train_steps", "num_accumulation_steps",
                      "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
                      "max_eval_steps", "max_nonfinite_updates"):
-            if getattr(self, name) < 1:
-                _fail(name, f"must be >= 1, got {getattr(self, name)}")
+            check_number(name, getattr(self, name), at_least=1, integer=True,
+                         error=PretrainingConfigError)
+        check_number("num_warmup_steps", self.num_warmup_steps, integer=True,
+                     error=PretrainingConfigError)
         if not 0 <= self.num_warmup_steps <= self.num_train_steps:
             _fail("num_warmup_steps", f"must be in [0, --num_train_steps={self.num_train_steps}], "
                   f"got {self.num_warmup_steps}")
@@ -120,10 +128,13 @@ class PretrainingConfig:
                   f"--max_seq_length ({self.max_seq_length})")
 
     def _validate_optimization(self) -> None:
-        if not 0 < self.learning_rate < float("inf"):  # also refuses nan
-            _fail("learning_rate", f"must be a positive finite number, got {self.learning_rate}")
-        if self.weight_decay_rate < 0:
-            _fail("weight_decay_rate", f"must be >= 0, got {self.weight_decay_rate}")
+        check_number("learning_rate", self.learning_rate, above=0, error=PretrainingConfigError)
+        check_number("weight_decay_rate", self.weight_decay_rate, at_least=0,
+                     error=PretrainingConfigError)
+        check_number("peer_timeout_seconds", self.peer_timeout_seconds, at_least=0,
+                     error=PretrainingConfigError)
+        check_number("time_to_train_sequences", self.time_to_train_sequences, above=0,
+                     error=PretrainingConfigError)
         _check_patterns("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation)
         if self.optimizer_type not in OPTIMIZER_TYPES:
             _fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
@@ -261,6 +272,7 @@ def define_pretraining_flags() -> None:
                       "Choose the masked positions anew at every step (RoBERTa style) on "
                       "unmasked records from create_pretraining_data.py --dynamic_masking. "
                       "Needs --vocab_file.")
+    shared_flags.define_whole_word_mask_flag(d)
     _define_schedule_flags(d)
     flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"],
                          "Maximum eval batches per rank.")

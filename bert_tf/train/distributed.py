@@ -2,8 +2,14 @@
 
 Works with horovodrun, mpirun, or no launcher at all (one process, size 1).
 A dead peer must not leave the others hanging in a collective: a
-`Watchdog` ends this process with an error when no update completes for a bounded time,
-and Horovod's own stall shutdown is switched on as a second line of defence.
+`Watchdog` ends this process with an error when no update completes for a bounded time
+(--peer_timeout_seconds, 900 s by default). Horovod's own stall shutdown stays off, its default
+(horovod/common/stall_inspector.h: stall_shutdown_time_seconds = 0) and what NVIDIA's TF2 BERT
+runs with (its run.sub and scripts set no HOROVOD_STALL_*): it would end a job whose ranks
+wait for rank 0 writing and re-reading a ~4 GB BERT-large LAMB checkpoint on shared storage,
+or for a slow rank's XLA compile or file checks at start. Horovod's stall warning (after 60 s)
+stays on and names the ranks that have not submitted a tensor; HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
+set by the user is honoured.
 """
 
 import os
@@ -21,20 +27,11 @@ from horovod.common.exceptions import HorovodInternalError
 from bert_tf.model import devices
 from bert_tf.train.report import OutputDirError
 
-# Set before hvd.init(): Horovod reads them then. A collective whose peers
-# stopped submitting tensors is shut down after this many seconds.
-_STALL_ENV = {
-    "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
-    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300",
-}
-
 
 def init() -> None:
     """Initialises Horovod once (idempotent)."""
     if hvd.is_initialized():
         return
-    for name, value in _STALL_ENV.items():
-        os.environ.setdefault(name, value)
     hvd.init()
 
 
@@ -122,6 +119,13 @@ def check_shared_output_dir(output_dir: str) -> None:
             "--output_dir on a filesystem every node mounts at the same path (NFS, Lustre, ...)")
 
 
+def gathered(value, name: str) -> list:
+    """Every rank's `value` (a picklable object), in rank order, on every rank."""
+    if hvd.size() == 1:
+        return [value]
+    return hvd.allgather_object(value, name=name)
+
+
 def allreduce_sum(tensors, fp16_compression: bool = False) -> list:
     """Sums a list of tensors over ranks in one grouped (fused) allreduce."""
     return _grouped_allreduce(tensors, hvd.Sum, fp16_compression)
@@ -134,10 +138,19 @@ def allreduce_mean(tensors, fp16_compression: bool = False) -> list:
 
 
 def _grouped_allreduce(tensors, op, fp16_compression: bool) -> list:
-    if hvd.size() == 1:
-        return list(tensors)
+    tensors = list(tensors)
     compression = hvd.Compression.fp16 if fp16_compression else hvd.Compression.none
-    return hvd.grouped_allreduce(list(tensors), op=op, compression=compression)
+
+    def reduce():
+        return hvd.grouped_allreduce(tensors, op=op, compression=compression)
+
+    if tf.executing_eagerly() or not launched_elastic():
+        return reduce() if hvd.size() > 1 else tensors
+    # Traced under elastic Horovod, where the graph outlives the world size it was traced at:
+    # whether to reduce is decided when it runs, by Horovod's size op, as Horovod does itself
+    # under elastic (horovod/tensorflow/__init__.py, _allreduce_cond). hvd.Average divides by
+    # the size at run time too.
+    return tf.cond(hvd.size_op() > 1, reduce, lambda: [tf.identity(t) for t in tensors])
 
 
 def broadcast_variables(variables, root_rank: int = 0) -> None:

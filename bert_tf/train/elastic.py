@@ -12,8 +12,9 @@ from bert_tf.train.state import TrainState
 
 
 def train_elastic(train: Callable[..., dict], state: TrainState, config: PretrainingConfig,
-                  files, masking, report: Reporter) -> dict:
-    """`train` (loop.train) under elastic Horovod (--elastic). When a host leaves or joins, every
+                  checked_files: Callable[[], list], masking, report: Reporter) -> dict:
+    """`train` (loop.train) under elastic Horovod (--elastic) on the files `checked_files()`
+    returns (checked at each world size, split over its ranks). When a host leaves or joins, every
     rank resets and training goes on at the new world size with the same --global_batch_size,
     from the state after the last update (a host change announced by the driver) or as committed
     every --elastic_commit_every_n_steps updates (a rank lost without notice)."""
@@ -34,6 +35,7 @@ def train_elastic(train: Callable[..., dict], state: TrainState, config: Pretrai
                 "must stay in the discovery script's output. Rerun the same command to resume "
                 f"from the last checkpoint in --output_dir={config.output_dir}")
         distributed.check_shared_output_dir(config.output_dir)
+        files = checked_files()
         _adapt_to_world_size(state, elastic, config, report)
         return train(state, state.config, files, masking, report,
                      after_save=commit_or_check_hosts)

@@ -8,8 +8,10 @@ import collections
 
 import numpy as np
 
+from bert_tf.data import ner
+
 # The dev metric that picks the best checkpoint and heads the summary, per task.
-MAIN_METRIC = {"cola": "mcc", "mrpc": "f1"}
+MAIN_METRIC = {"cola": "mcc", "mrpc": "f1", "ner": "entity_f1"}
 
 
 def accuracy(gold: np.ndarray, predicted: np.ndarray) -> float:
@@ -60,7 +62,34 @@ def scores(task_name: str, gold, predicted, label_names, train_label_ids) -> dic
         result["mcc"] = matthews_corrcoef(gold, predicted)
     if task_name == "mrpc":
         result["f1"] = f1(gold, predicted)
-    if task_name == "pos":
+    if task_name in ("pos", "ner"):
         result["per_tag_accuracy"] = per_label_accuracy(gold, predicted, label_names)
     result["main_metric"] = MAIN_METRIC.get(task_name, "accuracy")
     return result
+
+
+def unit_predictions(alignments, label_names, predicted) -> list[list[str]]:
+    """NER: each sentence's predicted tag per unit, from the flat predicted ids of the scored
+    units (`ner.Alignment.heads`, sentence after sentence)."""
+    tags, start = [], 0
+    for alignment in alignments:
+        end = start + len(alignment.heads)
+        tags.append(ner.unit_tags(alignment, [label_names[i] for i in predicted[start:end]]))
+        start = end
+    return tags
+
+
+def ner_scores(alignments, label_names, predicted, train_label_ids) -> dict:
+    """Exact span+type entity micro-F1 (ner.entity_f1) over the input's own units, the same for
+    the majority baseline (training's most frequent tag everywhere: O, so F1 0), and the gold
+    entities with a boundary inside a piece (which no prediction can get exactly right)."""
+    gold = [a.sentence.tags for a in alignments]
+    scores = ner.entity_f1(gold, unit_predictions(alignments, label_names, predicted))
+    counts = collections.Counter(np.asarray(train_label_ids).tolist()).most_common(1)
+    majority = label_names[counts[0][0]] if counts else ner.OUTSIDE
+    baseline = ner.entity_f1(gold, [[majority] * len(tags) for tags in gold])
+    return {"entity_f1": scores["f1"], "entity_precision": scores["precision"],
+            "entity_recall": scores["recall"], "entities": scores["gold"],
+            "per_type": scores["per_type"], "majority_tag": majority,
+            "majority_baseline_entity_f1": baseline["f1"],
+            "entities_with_boundary_inside_piece": sum(a.boundaries_inside for a in alignments)}

@@ -122,14 +122,8 @@ def peer_loss_explained(state, config, enabled: bool):
 
 
 def _data_loss_message(state, config: PretrainingConfig, error) -> str:
-    """Names the truncated input file (found by its record headers) and what to do."""
-    for path in expand_patterns(config.input_files):
-        offset = records.truncated_at(path)
-        if offset is not None:
-            problem = records.truncation_message(path, offset, "input_files")
-            break
-    else:
-        problem = f"--input_files: a record is unreadable ({error.message.strip()})"
+    """Names the damaged input file (found by its record headers) and what to do."""
+    problem = records.damage_message(expand_patterns(config.input_files), "input_files", error)
     return (f"{problem}. Training stopped at step {state.step}; the last "
             f"checkpoint {checkpoints.latest_checkpoint(config.output_dir)} is kept: fix the "
             "file and rerun the same command to resume from it")

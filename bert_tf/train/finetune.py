@@ -26,9 +26,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from bert_tf.data import tasks
+from bert_tf.data import ner, tasks, tokenization
 from bert_tf.data.conllu import ConlluError
-from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.data.tokenization import FullTokenizer, check_vocab_size
 from bert_tf.model import checkpoints
 from bert_tf.model.tasks import (
     CLASSIFICATION_SUMS,
@@ -112,7 +112,8 @@ def run(config: FinetuningConfig) -> dict:
         else:
             _initialise(state, config, report)
             distributed.broadcast_variables(list(state.checkpoint_variables().values()))
-        summary = {"task_name": config.task_name, "labels": data.label_names}
+        summary = {"task_name": config.task_name, "labels": data.label_names,
+                   "tokenizer_spec": tokenizer.spec.to_json()}
         if config.do_train:
             summary["train"] = train(state, config, data, report)
             if summary["train"]["stopped_by"]:
@@ -244,20 +245,34 @@ def evaluate(state, config, encoded: tasks.Encoded, data: TaskData, split: str) 
     train_ids = data.train.features["eval_label_ids"] if data.train else gold
     if config.task_name in tasks.TAGGING_TASKS and data.train:
         train_ids = train_ids[data.train.features["word_starts"] > 0]
-    return {"split": split, **evaluation.scores(config.task_name, gold, predicted,
-                                                data.label_names, train_ids)}
+    result = {"split": split, **evaluation.scores(config.task_name, gold, predicted,
+                                                  data.label_names, train_ids)}
+    if config.task_name == "ner":
+        result.update(evaluation.ner_scores(encoded.alignments, data.label_names, predicted,
+                                            train_ids))
+    return result
 
 
 def write_predictions(state, config, data: TaskData, report: Reporter) -> None:
     """OUTPUT_DIR/predictions.tsv: `index<TAB>label` per test example (GLUE's submission
-    format), or for tagging `word<TAB>tag` per word with a blank line after each sentence."""
+    format), for pos `word<TAB>tag` per word, for ner `unit<TAB>gold<TAB>predicted` per input
+    token or character (conlleval's columns), with a blank line after each sentence."""
     _, predicted = gold_and_predicted(state, config, data.test)
     names = [data.label_names[i] for i in predicted.tolist()]
     path = os.path.join(config.output_dir, "predictions.tsv")
     if not report.enabled:
         return
     with open(path, "w", encoding="utf-8") as f:
-        if config.task_name in tasks.TAGGING_TASKS:
+        if config.task_name == "ner":
+            units = evaluation.unit_predictions(data.test.alignments, data.label_names,
+                                                predicted)
+            for alignment, tags in zip(data.test.alignments, units, strict=True):
+                sentence = alignment.sentence
+                f.writelines(f"{unit}\t{gold}\t{tag}\n" for unit, gold, tag
+                             in zip(sentence.units, sentence.tags, tags, strict=True))
+                f.write("\n")
+            names = [tag for tags in units for tag in tags]
+        elif config.task_name in tasks.TAGGING_TASKS:
             words = iter(names)
             for sentence in data.test_inputs:
                 f.writelines(f"{word}\t{next(words)}\n" for word in sentence.words)
@@ -301,13 +316,11 @@ def write_model_info(config: FinetuningConfig, bert_config, label_names: list,
 
 
 def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:
-    """The tokenizer of --vocab_file, checked against the model's vocab size."""
-    tokenizer = FullTokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
-    if tokenizer.vocab_size != vocab_size:
-        raise FinetuningConfigError(
-            f"--vocab_file={config.vocab_file} has {tokenizer.vocab_size} tokens but "
-            f"--bert_config_file={config.bert_config_file} says vocab_size={vocab_size}; use "
-            "the vocab file the model was pretrained with")
+    """The tokenizer of --vocab_file (as its tokenizer spec says), checked against the model's
+    vocab size."""
+    tokenizer = tokenization.load_tokenizer(config.vocab_file, config.do_lower_case,
+                                            config.allow_dictionary_mismatch)
+    check_vocab_size(tokenizer, vocab_size, f"--bert_config_file={config.bert_config_file}")
     if config.init_checkpoint:
         _check_checkpoint_vocab(config.init_checkpoint, tokenizer.vocab_size, config.vocab_file)
     return tokenizer
@@ -332,13 +345,14 @@ def load_task_data(config: FinetuningConfig, tokenizer, report: Reporter) -> Tas
 
     def read(split):
         if tagging:
-            return tasks.read_sentences(config.task_name, config.data_dir, split)
+            return tasks.read_sentences(config.task_name, config.data_dir, split,
+                                        config.ner_lenient_tags)
         return tasks.read_examples(config.task_name, config.data_dir, split, columns)
 
     needed = [s for s, wanted in zip(tasks.SPLITS, (True, config.do_eval, config.do_predict),
                                      strict=True) if wanted]
     inputs = {split: read(split) for split in needed}
-    train_labels = ([tag for s in inputs["train"] for tag in s.upos] if tagging
+    train_labels = ([tag for s in inputs["train"] for tag in tasks.sentence_tags(s)] if tagging
                     else [e.label for e in inputs["train"]])
     label_names = tasks.label_list(config.task_name, train_labels)
     encoded = {split: _encode(config, tokenizer, inputs[split], label_names, split, report)
@@ -349,7 +363,14 @@ def load_task_data(config: FinetuningConfig, tokenizer, report: Reporter) -> Tas
 
 def _encode(config, tokenizer, inputs, label_names, split, report) -> tasks.Encoded:
     where = f"--data_dir={config.data_dir} ({split})"
-    if config.task_name in tasks.TAGGING_TASKS:
+    if config.task_name == "ner":
+        encoded = tasks.encode_ner(tokenizer, inputs, label_names, config.max_seq_length, where)
+        unit, action = "sentence(s)", "split into several rows"
+        entities = sum(len(ner.entities(s.tags)) for s in inputs)
+        report.log(f"{split}: {sum(a.boundaries_inside for a in encoded.alignments)} of "
+                   f"{entities} gold entities have a boundary inside a word piece (no tagging "
+                   "of pieces can get them exactly right)")
+    elif config.task_name in tasks.TAGGING_TASKS:
         encoded = tasks.encode_sentences(tokenizer, inputs, label_names, config.max_seq_length,
                                          where)
         unit, action = "sentence(s)", "split into several rows"
@@ -379,4 +400,5 @@ def _initialise(state: FinetuningState, config: FinetuningConfig, report: Report
         report.log("no --init_checkpoint: random initialisation (a baseline)")
 
 
-USER_ERRORS = (*loop.USER_ERRORS, FinetuningConfigError, tasks.TaskDataError, ConlluError)
+USER_ERRORS = (*loop.USER_ERRORS, FinetuningConfigError, tasks.TaskDataError, ConlluError,
+               ner.NerDataError)

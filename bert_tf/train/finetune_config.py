@@ -7,6 +7,8 @@ import dataclasses
 from absl import flags
 
 import bert_tf
+from bert_tf.data import shared_flags
+from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.tasks import TASK_NAMES
 from bert_tf.train.config import PRECISIONS, define_common_training_flags
 
@@ -23,7 +25,8 @@ class FinetuningConfig:
     vocab_file: str
     output_dir: str
     init_checkpoint: str = ""
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
+    allow_dictionary_mismatch: bool = False
     max_seq_length: int = 128
     train_batch_size: int = 32
     eval_batch_size: int = 64
@@ -43,6 +46,7 @@ class FinetuningConfig:
     text_b_column: int = -1
     label_column: int = 1
     tsv_has_header: bool = False
+    ner_lenient_tags: bool = False
     log_every_n_steps: int = 10
     seed: int = 12345
     max_nonfinite_updates: int = 25
@@ -64,26 +68,27 @@ class FinetuningConfig:
                 fail(name, "is required")
         if self.task_name not in TASK_NAMES:
             fail("task_name", f"must be one of {', '.join(TASK_NAMES)}, got {self.task_name!r}")
-        for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps",
-                     "log_every_n_steps", "max_nonfinite_updates"):
-            if getattr(self, name) < 1:
-                fail(name, f"must be >= 1, got {getattr(self, name)}")
-        self._validate_numbers(fail)
-
-    def _validate_numbers(self, fail) -> None:
-        if self.max_seq_length < 3:
-            fail("max_seq_length", f"must be >= 3 ([CLS], a token, [SEP]), got "
-                 f"{self.max_seq_length}")
-        if self.num_train_epochs <= 0:
-            fail("num_train_epochs", f"must be positive, got {self.num_train_epochs}")
-        if not 0 <= self.warmup_proportion < 1:
-            fail("warmup_proportion", f"must be in [0, 1), got {self.warmup_proportion}")
-        if self.learning_rate <= 0:
-            fail("learning_rate", f"must be positive, got {self.learning_rate}")
         if self.precision not in PRECISIONS:
             fail("precision", f"must be one of {', '.join(PRECISIONS)}")
         if min(self.text_a_column, self.label_column) < 0:
             fail("text_a_column", "and --label_column must be >= 0")
+        self._validate_numbers()
+
+    def _validate_numbers(self) -> None:
+        error = FinetuningConfigError
+        for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps",
+                     "log_every_n_steps", "max_nonfinite_updates"):
+            check_number(name, getattr(self, name), at_least=1, integer=True, error=error)
+        # [CLS], a token, [SEP]
+        check_number("max_seq_length", self.max_seq_length, at_least=3, integer=True,
+                     error=error)
+        check_number("num_train_epochs", self.num_train_epochs, above=0, error=error)
+        check_number("warmup_proportion", self.warmup_proportion, at_least=0, below=1,
+                     error=error)
+        check_number("learning_rate", self.learning_rate, above=0, error=error)
+        check_number("weight_decay_rate", self.weight_decay_rate, at_least=0, error=error)
+        check_number("peer_timeout_seconds", self.peer_timeout_seconds, at_least=0,
+                     error=error)
 
     def global_batch_size(self, num_ranks: int) -> int:
         return self.train_batch_size * self.num_accumulation_steps * num_ranks
@@ -107,11 +112,15 @@ def define_finetuning_flags() -> None:
     d = bert_tf.flag_defaults(FinetuningConfig)
     define_common_training_flags(d)
     flags.DEFINE_enum("task_name", None, TASK_NAMES, "The task: pos (CoNLL-U UPOS tagging), "
-                      "GLUE cola/sst-2/mrpc/mnli, or tsv (see --text_a_column).")
+                      "ner (IOB2 token or KLUE character files), GLUE cola/sst-2/mrpc/mnli, or "
+                      "tsv (see --text_a_column).")
     flags.DEFINE_string("data_dir", None, "Directory with the task's train/dev/test files "
-                        "(train.tsv ... or *train.conllu ...).")
-    flags.DEFINE_bool("do_lower_case", d["do_lower_case"],
-                      "Lower-case the text (uncased models).")
+                        "(train.tsv ... or *train.conllu ...); ner: also one file, its first "
+                        "90% train and last 10% dev and test.")
+    flags.DEFINE_bool("ner_lenient_tags", d["ner_lenient_tags"],
+                      "--task_name=ner: read an I-X that continues no X as B-X (conlleval) "
+                      "instead of refusing the file.")
+    shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_float("num_train_epochs", d["num_train_epochs"],
                        "Passes over the training data.")
     flags.DEFINE_float("warmup_proportion", d["warmup_proportion"],

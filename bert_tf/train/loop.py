@@ -37,8 +37,8 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from bert_tf.data.files import InputDataError
-from bert_tf.data.tokenization import VocabError
-from bert_tf.model import checkpoints
+from bert_tf.data.tokenization import VocabError, resolve_spec
+from bert_tf.model import checkpoints, devices
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import (
     METRIC_SUMS,
@@ -121,8 +121,13 @@ def run(config: PretrainingConfig) -> dict:
         bert_config = load_bert_config(config.bert_config_file, config.max_seq_length)
         enable_amp(config, report)
         masking = load_dynamic_masking(config, bert_config) if config.dynamic_masking else None
-        train_files = validated_files(config, "input_files", bert_config) if config.do_train else []
-        eval_files = validated_files(config, "eval_files", bert_config) if config.do_eval else []
+        def checked_files(flag, split_over_ranks=True):
+            return validated_files(config, flag, bert_config, split_over_ranks)
+
+        # Elastic: the training files are checked at each world size, after the state's sync.
+        train_files = checked_files("input_files") if config.do_train and not config.elastic \
+            else []
+        eval_files = checked_files("eval_files", not config.elastic) if config.do_eval else []
 
         tf.random.set_seed(config.seed)
         state = PretrainingState(bert_config, config)
@@ -130,11 +135,18 @@ def run(config: PretrainingConfig) -> dict:
                              broadcast=not config.elastic)
         if report.enabled:
             bert_config.to_json_file(f"{config.output_dir}/bert_config.json")
+        if config.vocab_file:  # how the data's text was tokenized, beside the checkpoints
+            report.summary("tokenizer_spec", resolve_spec(config.vocab_file,
+                                                          check_dictionary=False).to_json())
 
         summary = {}
         if config.do_train:
-            args = (state, config, train_files, masking, report)
-            summary["train"] = train_elastic(train, *args) if config.elastic else train(*args)
+            if config.elastic:
+                summary["train"] = train_elastic(train, state, config,
+                                                 lambda: checked_files("input_files"), masking,
+                                                 report)
+            else:
+                summary["train"] = train(state, config, train_files, masking, report)
         if config.do_eval and not summary.get("train", {}).get("stopped_by"):
             summary["eval"] = evaluate(state.model, config, eval_files, masking)
             report.summary("eval_results", summary["eval"])
@@ -275,7 +287,8 @@ def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: Loo
 
 # The errors a user can fix: reported on stderr without a traceback.
 USER_ERRORS = (TrainingError, PretrainingConfigError, BertConfigError, checkpoints.CheckpointError,
-               InputDataError, precision.PrecisionError, VocabError, OutputDirError)
+               InputDataError, precision.PrecisionError, VocabError, OutputDirError,
+               devices.DeviceError)
 
 
 def main(config: PretrainingConfig) -> None:

@@ -3,7 +3,7 @@
 
 import tensorflow as tf
 
-from bert_tf.data import input_pipeline
+from bert_tf.data import input_pipeline, records
 from bert_tf.model.modeling import METRIC_SUMS, metrics_from_sums, pretraining_loss
 from bert_tf.train import distributed
 from bert_tf.train.config import PretrainingConfig
@@ -25,8 +25,11 @@ def evaluate(model, config: PretrainingConfig, files, masking=None) -> dict:
         return tf.stack([sums[name] for name in METRIC_SUMS])
 
     totals = tf.zeros([len(METRIC_SUMS)])
-    for features in dataset.take(config.max_eval_steps):
-        totals += eval_sums(features)
+    try:
+        for features in dataset.take(config.max_eval_steps):
+            totals += eval_sums(features)
+    except tf.errors.DataLossError as e:
+        raise TrainingError(records.damage_message(files, "eval_files", e)) from None
     (totals,) = distributed.allreduce_sum([totals])
     sums = dict(zip(METRIC_SUMS, totals.numpy().tolist(), strict=True))
     if sums["num_examples"] == 0:

@@ -79,6 +79,10 @@ class TrainState(tf.Module):
                                           name=INPUT_POSITION)
         # Gradient sums over an update's micro-batches (none needed for one micro-batch).
         self.accumulators = []
+        # The divisor of the accumulated gradients, read when apply_update runs: a value
+        # captured when it was traced would go stale when an elastic run's world size changes.
+        self.accumulation_divisor = tf.Variable(float(config.num_accumulation_steps),
+                                                trainable=False, name="accumulation_divisor")
         self.set_accumulation_steps(config.num_accumulation_steps)
         self.metric_sums = tf.Variable(tf.zeros([len(self.metric_names)]), trainable=False)
         self.decay_power = optimization.decay_power(config.optimizer_type)
@@ -94,6 +98,7 @@ class TrainState(tf.Module):
         """Micro-batches per update from now on (an elastic run's world size changed)."""
         if steps != self.config.num_accumulation_steps:
             self.config = dataclasses.replace(self.config, num_accumulation_steps=steps)
+        self.accumulation_divisor.assign(float(steps))
         if steps > 1 and not self.accumulators:
             self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
                                  for v in self.params.values()]
@@ -167,7 +172,7 @@ class TrainState(tf.Module):
         # Unscaled before the allreduce and averaged over ranks by it, as NVIDIA's TF2 BERT does,
         # so that --fp16_allreduce compresses each rank's mean gradient. A non-finite local
         # gradient stays non-finite in the average, so every rank skips the same update.
-        divisor = loss_scale * float(config.num_accumulation_steps)
+        divisor = loss_scale * self.accumulation_divisor
         grads = [g / divisor for g in grads]
         grads = distributed.allreduce_mean(grads, fp16_compression=config.fp16_allreduce)
         (sums_and_stops,) = distributed.allreduce_sum(
