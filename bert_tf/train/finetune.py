@@ -102,7 +102,7 @@ def run(config: FinetuningConfig) -> dict:
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
         run_setup.enable_amp(config, report)
         data = load_task_data(config, tokenizer, report)
-        write_model_info(config, bert_config, data.label_names, report)
+        write_model_info(config, bert_config, data.label_names, tokenizer.do_lower_case, report)
         if config.do_train:
             config = config.with_schedule(data.train.num_rows, distributed.size())
         tf.random.set_seed(config.seed)
@@ -301,7 +301,7 @@ def table_row(config: FinetuningConfig, summary: dict) -> str:
 
 
 def write_model_info(config: FinetuningConfig, bert_config, label_names: list,
-                     report: Reporter) -> None:
+                     do_lower_case: bool, report: Reporter) -> None:
     """OUTPUT_DIR/finetuned_model.json: the task, its labels in id order, the model config,
     the vocab and how text was tokenized: what an export of the checkpoints needs."""
     if report.enabled:
@@ -310,7 +310,7 @@ def write_model_info(config: FinetuningConfig, bert_config, label_names: list,
             "tagging": config.task_name in tasks.TAGGING_TASKS,
             "labels": list(label_names),
             "max_seq_length": config.max_seq_length,
-            "do_lower_case": config.do_lower_case,
+            "do_lower_case": do_lower_case,  # as the vocab's spec and the flag decided
             "vocab_file": os.path.abspath(config.vocab_file),
             "bert_config": bert_config.to_dict()})
 
