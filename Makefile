@@ -11,7 +11,7 @@ PATCH := install/horovod-0.28.1-tf2.21.patch
 
 venv: $(STAMP)
 
-$(STAMP): install/setup_env.sh install/requirements.txt $(PATCH) setup.py
+$(STAMP): install/setup_env.sh install/requirements.txt install/requirements-export.txt $(PATCH) setup.py
 	bash install/setup_env.sh
 
 $(NGC_STAMP): install/setup_env.sh install/requirements.txt install/requirements-tf2.17.txt $(PATCH) setup.py

@@ -24,6 +24,8 @@ COMMANDS = {
     "doctor": ("bert_tf.tools.doctor", "preflight the machine and a training recipe"),
     "estimate": ("bert_tf.tools.estimate", "time, cost and memory of a run"),
     "finetune": ("bert_tf.tools.finetune", "fine-tune and evaluate on a task (POS, GLUE, TSV)"),
+    "export": ("bert_tf.tools.export",
+               "a checkpoint as a SavedModel, KerasHub preset or ONNX model"),
     "predict": ("bert_tf.tools.predict", "fill [MASK] tokens with a checkpoint"),
     "analyze_attention": ("bert_tf.analysis.analyze_attention", "what the attention heads do"),
     "probe_syntax": ("bert_tf.analysis.probe_syntax",

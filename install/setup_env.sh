@@ -88,6 +88,10 @@ fi
 # pip compiles every module to .pyc here (no --no-compile): with PYTHONDONTWRITEBYTECODE set,
 # as on our machines, TensorFlow would otherwise be recompiled by every test process.
 "${PIP[@]}" install -r "$REQS" || fail "pip install -r $REQS"
+if [[ -z "$PINS" ]]; then  # export's formats need TF 2.21's Keras (the file says why)
+  "${PIP[@]}" install -r "$REPO/install/requirements-export.txt" \
+    || fail "pip install -r install/requirements-export.txt"
+fi
 echo "setup_env: requirements installed (${SECONDS}s)"
 
 TF_VERSION="$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \

@@ -304,6 +304,18 @@ EXPECTED = {
         'upos_steps': ('IntegerParser', None, 300),
         'vocab_file': ('ArgumentParser', None, None),
     },
+    'export': {  # added after a8bd354 (issue 36)
+        'bert_config_file': ('ArgumentParser', None, ''),
+        'checkpoint': ('ArgumentParser', None, None),
+        'do_lower_case': ('BooleanParser', None, None),
+        'format': ('EnumParser', ['savedmodel', 'keras_hub', 'onnx'], None),
+        'jit_compile': ('BooleanParser', None, False),
+        'labels': ('ListParser', None, None),
+        'max_seq_length': ('IntegerParser', None, 0),
+        'output_dir': ('ArgumentParser', None, None),
+        'tagging': ('BooleanParser', None, False),
+        'vocab_file': ('ArgumentParser', None, ''),
+    },
     'run_finetuning.py': FINETUNING,
     # Issue 34.
     'tokenize': {

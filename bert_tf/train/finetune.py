@@ -39,9 +39,11 @@ from bert_tf.model.tasks import (
 )
 from bert_tf.train import distributed, evaluation, loop, precision, resume, run_setup
 from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
-from bert_tf.train.report import Reporter
+from bert_tf.train.report import Reporter, write_json
 from bert_tf.train.state import TrainState
 
+# What `python -m bert_tf export` needs besides the weights (bert_tf/tools/export_source.py).
+MODEL_INFO = "finetuned_model.json"
 LOGGED_METRICS = ("loss", "accuracy", "learning_rate", "loss_scale", "grad_norm")
 BEST_DIR = "best"
 BEST_SCORE = "best_dev_score"  # saved with the best weights: a resumed run compares with it
@@ -100,6 +102,7 @@ def run(config: FinetuningConfig) -> dict:
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
         run_setup.enable_amp(config, report)
         data = load_task_data(config, tokenizer, report)
+        write_model_info(config, bert_config, data.label_names, tokenizer.do_lower_case, report)
         if config.do_train:
             config = config.with_schedule(data.train.num_rows, distributed.size())
         tf.random.set_seed(config.seed)
@@ -295,6 +298,21 @@ def table_row(config: FinetuningConfig, summary: dict) -> str:
 
 
 # --------------------------------------------------------------------------- set-up
+
+
+def write_model_info(config: FinetuningConfig, bert_config, label_names: list,
+                     do_lower_case: bool, report: Reporter) -> None:
+    """OUTPUT_DIR/finetuned_model.json: the task, its labels in id order, the model config,
+    the vocab and how text was tokenized: what an export of the checkpoints needs."""
+    if report.enabled:
+        write_json(os.path.join(config.output_dir, MODEL_INFO), {
+            "task_name": config.task_name,
+            "tagging": config.task_name in tasks.TAGGING_TASKS,
+            "labels": list(label_names),
+            "max_seq_length": config.max_seq_length,
+            "do_lower_case": do_lower_case,  # as the vocab's spec and the flag decided
+            "vocab_file": os.path.abspath(config.vocab_file),
+            "bert_config": bert_config.to_dict()})
 
 
 def load_tokenizer(config: FinetuningConfig, vocab_size: int) -> FullTokenizer:

@@ -1,0 +1,262 @@
+"""`python -m bert_tf export`: each format loads in its real consumer in a fresh process
+(tests/export_consumer.py) and gives bert_tf's own outputs; the in-graph tokenizer gives
+FullTokenizer's ids; bad input and failures leave no partial export.
+
+Models: the tiny L2 H64 config (tests/tiny.py) as a "pretrained" encoder with random weights, a
+POS tagger fine-tuned from it on 96 UD EWT sentences, and a two-label classifier fine-tuned on
+the lines of sample_text.txt. Tolerances are for float32: 1e-5 where the same TensorFlow ops
+run (SavedModel, TF Hub), 1e-4 for ONNX Runtime's kernels, 5e-3 for KerasHub, whose
+BertBackbone always uses the tanh approximation of GELU where bert_tf uses the exact erf form.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PYTHON, REPO, run_command
+from tiny import vocab_file, write_bert_config
+
+from bert_tf.data.files import OutputDirError
+from bert_tf.data.graph_tokenization import GraphTokenizer
+from bert_tf.data.normalization import normalize_text
+from bert_tf.data.tokenization import FullTokenizer
+from bert_tf.data.word_splitters import BertSplitter
+from bert_tf.model.checkpoints import save_checkpoint
+from bert_tf.model.config import BertConfig
+from bert_tf.model.modeling import BertForPreTraining, variables_by_name
+from bert_tf.tools import export
+from bert_tf.tools.export_savedmodel import ID_INPUTS
+from bert_tf.tools.export_source import ExportError, new_output_dir, resolve_source
+from bert_tf.train import finetune
+from bert_tf.train.finetune_config import FinetuningConfig
+
+SEQ = 64
+LABELS = ("long", "short")  # the classifier's task: is a line of sample_text over 80 characters
+
+
+def sample_lines(shared_data) -> list[str]:
+    text = (shared_data / "corpora" / "sample_text.txt").read_text(encoding="utf-8")
+    return [line for line in text.split("\n") if line.strip()]
+
+
+def write_conllu(path, blocks):
+    path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+
+
+def short_test_sentences(blocks, count):
+    """`count` EWT sentences short enough for one row at SEQ (so nothing is split)."""
+    chosen = [b for b in blocks if sum(not line.startswith("#") for line in b.split("\n")) < 20]
+    return chosen[:count]
+
+
+def finetune_run(output_dir, data_dir, model, task_name, **settings):
+    settings = {"task_name": task_name, "data_dir": str(data_dir),
+                "bert_config_file": str(model / "bert_config.json"),
+                "vocab_file": str(model / "vocab.txt"), "output_dir": str(output_dir),
+                "init_checkpoint": str(model), "max_seq_length": SEQ, "train_batch_size": 16,
+                "learning_rate": 1e-3, "num_train_epochs": 1.0, "do_train": True,
+                "log_every_n_steps": 100, **settings}
+    finetune.run(FinetuningConfig(**settings))
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, shared_data):
+    """The three models, their exports in every format that takes them, and the inputs."""
+    root = tmp_path_factory.mktemp("export")
+    pretrained = root / "pretrained"
+    pretrained.mkdir()
+    config = write_bert_config(pretrained / "bert_config.json")
+    (pretrained / "vocab.txt").write_bytes(vocab_file(shared_data).read_bytes())
+    tf.random.set_seed(7)
+    model = BertForPreTraining(BertConfig.from_json_file(config))
+    save_checkpoint(variables_by_name(model), pretrained, step=0)
+
+    blocks = (shared_data / "ud" / "en_ewt-ud-test.conllu").read_text().strip().split("\n\n")
+    ud = root / "ud"
+    ud.mkdir()
+    write_conllu(ud / "en_ewt-ud-train.conllu", blocks[:96])
+    write_conllu(ud / "en_ewt-ud-test.conllu", short_test_sentences(blocks[96:], 12))
+    tagger = finetune_run(root / "pos", ud, pretrained, "pos", do_predict=True)
+
+    lines = sample_lines(shared_data)
+    tsv = root / "tsv"
+    tsv.mkdir()
+    (tsv / "train.tsv").write_text("".join(f"{line}\t{LABELS[len(line) <= 80]}\n"
+                                           for line in lines), encoding="utf-8")
+    classifier = finetune_run(root / "cls", tsv, pretrained, "tsv", train_batch_size=8)
+
+    exports = {}
+    for kind, checkpoint, formats in (("encoder", pretrained, ("savedmodel", "keras_hub", "onnx")),
+                                      ("tagger", tagger / "best" if (tagger / "best").exists()
+                                       else tagger, ("savedmodel",)),
+                                      ("classifier", classifier, ("savedmodel", "keras_hub",
+                                                                  "onnx"))):
+        for export_format in formats:
+            directory = root / "exports" / export_format / kind
+            export.run(export.ExportConfig(export_format, str(checkpoint), str(directory)))
+            exports[export_format, kind] = directory
+    return {"root": root, "pretrained": pretrained, "tagger": tagger, "classifier": classifier,
+            "exports": exports, "lines": lines, "test_conllu": ud / "en_ewt-ud-test.conllu"}
+
+
+def tokenizer(shared_data) -> FullTokenizer:
+    return FullTokenizer(vocab_file(shared_data))
+
+
+def id_inputs(tok: FullTokenizer, texts) -> dict:
+    """[CLS] text [SEP] rows padded to the longest, as serving_default packs them."""
+    rows = [[tok.cls_id, *tok.tokenize_ids(text)[:SEQ - 2], tok.sep_id] for text in texts]
+    length = max(map(len, rows))
+    return {"input_word_ids": [row + [0] * (length - len(row)) for row in rows],
+            "input_mask": [[1] * len(row) + [0] * (length - len(row)) for row in rows],
+            "input_type_ids": [[0] * length for _ in rows]}
+
+
+def consume(models, export_format, kinds, inputs) -> dict:
+    """Runs tests/export_consumer.py in a fresh process; returns its outputs by name."""
+    root = models["root"]
+    inputs_path, outputs_path = root / f"{export_format}-in.json", root / f"{export_format}.npz"
+    inputs_path.write_text(json.dumps(inputs), encoding="utf-8")
+    run_command([PYTHON, REPO / "tests" / "export_consumer.py", export_format, inputs_path,
+                 outputs_path, *(f"{kind}={models['exports'][export_format, kind]}"
+                                 for kind in kinds)],
+                env={"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}, timeout=1800)
+    with np.load(outputs_path) as saved:
+        return dict(saved)
+
+
+def ours(models, kind, inputs) -> dict:
+    """bert_tf's own forward pass on the id inputs."""
+    checkpoint = {"encoder": models["pretrained"], "classifier": models["classifier"]}[kind]
+    model = resolve_source(str(checkpoint)).build_model()
+    ids = [tf.constant(inputs[name]) for name in ID_INPUTS]
+    if kind == "encoder":
+        outputs = model(*ids)
+        return {"pooled_output": outputs.pooled_output.numpy(),
+                "sequence_output": outputs.sequence_output.numpy()}
+    logits = model(dict(zip(("input_ids", "input_mask", "segment_ids"), ids, strict=True)))
+    return {"logits": logits.numpy(), "label_ids": np.argmax(logits.numpy(), -1)}
+
+
+def assert_close(got, want, mask, atol, what):
+    if got.ndim == 3:  # sequence outputs: compare real tokens only
+        got, want = got[mask > 0], want[mask > 0]
+    difference = np.abs(got - want).max()
+    assert difference <= atol, f"{what}: max abs difference {difference:.2e} > {atol}"
+
+
+def read_predictions(path) -> list[list[tuple[str, str]]]:
+    sentences = path.read_text(encoding="utf-8").strip().split("\n\n")
+    return [[tuple(line.split("\t")) for line in s.split("\n")] for s in sentences]
+
+
+def test_graph_tokenizer_gives_full_tokenizer_ids(shared_data):
+    """Real text plus the cases the in-graph cleaning must get right: control and format
+    characters, accents, Greek final sigma, dotted I, ligatures, modifier letters, line
+    separators, words over 200 characters."""
+    texts = sample_lines(shared_data) + [
+        "ΟΔΥΣΣΕΥΣ ΣΟΦΟΣ", "İstanbul ıi", "a\x00b\u200bc\ufffdd\te\x0bf\x0cg\u3000h",
+        "Ünïcödé façade naïve café", "x" * 250 + " ok", "a-" + "y" * 201 + "-b",
+        "Straße ﬁne ǅ", "\u2028line\u2029para", "ᴵᴺᵀᵃ", "cafe\u0301", ""]
+    for lower, vocab in ((True, vocab_file(shared_data)),
+                         (False, shared_data / "vocab" / "bert-base-cased.txt")):
+        full = FullTokenizer(vocab, do_lower_case=lower)
+        graph = GraphTokenizer([full.inv_vocab.get(i, "[UNK]") for i in range(full.vocab_size)],
+                               lower)
+        flat, splits = full.tokenize_ids_batch(texts)
+        want = [flat[splits[i]:splits[i + 1]].tolist() for i in range(len(texts))]
+        assert graph.tokenize(tf.constant(texts)).to_list() == want, f"do_lower_case={lower}"
+
+
+def test_savedmodel_in_tensorflow_and_tf_hub(models, shared_data):
+    tok = tokenizer(shared_data)
+    texts = models["lines"][:8]
+    inputs = id_inputs(tok, texts)
+    sentences = read_predictions(models["tagger"] / "predictions.tsv")
+    width = max(map(len, sentences))
+    inputs.update(texts=texts, words=[[w for w, _ in s] + [""] * (width - len(s))
+                                      for s in sentences])
+    got = consume(models, "savedmodel", ("encoder", "tagger", "classifier"), inputs)
+    mask = np.array(inputs["input_mask"])
+
+    want = ours(models, "encoder", inputs)
+    for name in ("pooled_output", "sequence_output"):
+        for where in ("encode", "text", "hub"):
+            assert_close(got[f"encoder/{where}/{name}"], want[name], mask, 1e-5,
+                         f"SavedModel {where} {name}")
+    assert got["encoder/hub/num_encoder_outputs"] == 2  # one per layer
+    np.testing.assert_array_equal(got["encoder/text/input_mask"], mask)
+
+    # The tagger tags CoNLL-U words as `finetune --do_predict` does.
+    for i, sentence in enumerate(sentences):
+        assert [t.decode() for t in got["tagger/tag_words/tags"][i][:len(sentence)]] == [
+            tag for _, tag in sentence], f"sentence {i}"
+    # From raw text it finds the words itself: one tag per word, nothing past the last.
+    text_words, text_tags = got["tagger/text/words"], got["tagger/text/tags"]
+    assert ((text_words != b"") == (text_tags != b"")).all()
+    words = BertSplitter().words(normalize_text(texts[1], do_lower_case=True))
+    assert [w.decode() for w in text_words[1] if w] == words
+
+    want = ours(models, "classifier", inputs)
+    assert_close(got["classifier/encode/logits"], want["logits"], mask, 1e-5, "classifier")
+    np.testing.assert_array_equal(got["classifier/text/label_id"], want["label_ids"])
+    assert [label.decode() for label in got["classifier/text/label"]] == [
+        LABELS[i] for i in want["label_ids"]]
+
+
+def test_onnx_in_onnxruntime(models, shared_data):
+    inputs = id_inputs(tokenizer(shared_data), models["lines"][:8])
+    got = consume(models, "onnx", ("encoder", "classifier"), inputs)
+    mask = np.array(inputs["input_mask"])
+    want = ours(models, "encoder", inputs)
+    for name in ("pooled_output", "sequence_output"):
+        assert_close(got[f"encoder/{name}"], want[name], mask, 1e-4, f"ONNX {name}")
+    want = ours(models, "classifier", inputs)
+    assert_close(got["classifier/logits"], want["logits"], mask, 1e-4, "ONNX classifier")
+    np.testing.assert_array_equal(got["classifier/label_ids"], want["label_ids"])
+
+
+def test_keras_hub_from_preset(models, shared_data):
+    tok = tokenizer(shared_data)
+    texts = models["lines"][1:9]  # line 0 has modifier letters KerasHub case-folds (docstring)
+    inputs = {**id_inputs(tok, texts), "texts": texts}
+    got = consume(models, "keras_hub", ("encoder", "classifier"), inputs)
+    mask = np.array(inputs["input_mask"])
+    token_ids = got["encoder/token_ids"]
+    for i, text in enumerate(texts):
+        assert [t for t in token_ids[i] if t >= 0] == tok.tokenize_ids(text), f"text {i}"
+    want = ours(models, "encoder", inputs)
+    for name in ("pooled_output", "sequence_output"):
+        assert_close(got[f"encoder/{name}"], want[name], mask, 5e-3, f"KerasHub {name}")
+    # KerasHub's preprocessor pads to the exported max_seq_length: same logits on real tokens.
+    want = ours(models, "classifier", inputs)
+    assert_close(got["classifier/logits"], want["logits"], mask, 5e-3, "KerasHub classifier")
+    assert np.isfinite(got["classifier/fit_loss"]).all()
+
+
+def test_refuses_a_non_empty_output_dir_and_leaves_nothing_on_failure(models, tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("x")
+    with pytest.raises(OutputDirError, match="not empty"):
+        export.run(export.ExportConfig("onnx", str(models["pretrained"]), str(taken)))
+    assert sorted(p.name for p in taken.iterdir()) == ["keep.txt"]
+
+    with pytest.raises(ExportError, match="tagger"):  # fails after resolving, before writing
+        export.run(export.ExportConfig("keras_hub", str(models["tagger"]), str(tmp_path / "t")))
+    assert not (tmp_path / "t").exists()
+    with pytest.raises(RuntimeError, match="disk full"), new_output_dir(str(tmp_path / "n")) as d:
+        Path(d, "half.bin").write_bytes(b"x")
+        raise RuntimeError("disk full")
+    assert not (tmp_path / "n").exists()
+
+    with pytest.raises(ExportError, match="--labels"):  # a fine-tuned model needs its labels
+        (models["classifier"] / finetune.MODEL_INFO).rename(tmp_path / "info.json")
+        try:
+            resolve_source(str(models["classifier"]), vocab_file=str(models["pretrained"] /
+                                                                       "vocab.txt"))
+        finally:
+            (tmp_path / "info.json").rename(models["classifier"] / finetune.MODEL_INFO)
