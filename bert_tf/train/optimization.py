@@ -89,6 +89,8 @@ class AdamWeightDecay(tf.Module):
     """Google BERT's Adam with decoupled weight decay (no bias correction) over float32
     master variables."""
 
+    compiles_large_updates = False  # see FUSED_UPDATE_MIN_PARAMETERS
+
     def __init__(self, variables_by_name: dict[str, tf.Variable], *, weight_decay_rate: float,
                  beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
                  exclude_from_weight_decay=EXCLUDE_FROM_WEIGHT_DECAY,
