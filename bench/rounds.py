@@ -181,5 +181,6 @@ def measure_peaks(python, threads, size=4096):
 
 
 def peaks_line(when, peaks):
-    return (f"matmul peak at {when}: fp32 {peaks['float32'] / 1e9:.0f}, bf16 "
-            f"{peaks['bfloat16'] / 1e9:.0f} GFLOP/s (load {os.getloadavg()[0]:.1f})")
+    """One line: the matmul peaks ({dtype name: FLOP/s}) measured at `when`, and the load."""
+    figures = ", ".join(f"{dtype} {flops / 1e9:.0f}" for dtype, flops in peaks.items())
+    return f"matmul peak at {when}: {figures} GFLOP/s (load {os.getloadavg()[0]:.1f})"
