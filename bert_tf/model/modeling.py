@@ -2,7 +2,9 @@
 
 Keras-free on purpose: Horovod cannot handle Keras 3 variables. Variables are
 float32; with compute_dtype float16/bfloat16 the matmuls run in that dtype while
-softmax, LayerNorm, the pretraining logits and the losses stay float32.
+LayerNorm, the pretraining logits and the losses stay float32, and the attention
+softmax normalises in float32 but keeps its probabilities in the compute dtype
+(`attention_probabilities`).
 Activations are kept as [batch * seq, hidden] matrices between layers (as in
 Google's modeling.py) so every dense layer is one 2-D matmul.
 """
