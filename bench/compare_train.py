@@ -22,7 +22,6 @@ run_pretraining.py runs - with AdamW, like both peers.
 """
 
 import argparse
-import contextlib
 import os
 import sys
 from pathlib import Path
@@ -184,36 +183,14 @@ def run_shape(args, shape):
     process is started and warmed up once, one row at a time, then all of them take turns.
     Returns the rows: their settings, the record of each round, and errors or skips."""
     plan = planned_rows(args, [shape], False) + planned_rows(args, [shape], True)
-    rows, measures = [], {}
-    with contextlib.ExitStack() as stack:
-        for framework, _, precision, xla in plan:
-            row = {"framework": framework, "shape": shape, "precision": precision, "xla": xla,
-                   "batch_size": batch_size(args, shape), "rounds": []}
-            rows.append(row)
-            label = report.row_label(row)
-            print(f"[compare_train] starting {shape} {label} ...", file=sys.stderr, flush=True)
-            cmd, env = row_command(args, framework, shape, precision, xla)
-            if cmd is None:
-                row["error"] = env
-                continue
-            try:
-                process = stack.enter_context(
-                    rounds.RowProcess(label, cmd, env, timeout=args.row_timeout))
-            except rounds.RowError as error:
-                row["error"] = str(error)
-                continue
-            if "skipped" in process.ready:
-                row["skipped"] = process.ready["skipped"]
-                continue
-            row["ready"] = process.ready
-            measures[label] = process.measure
-        results = rounds.run_rounds(measures, args.rounds)
-    for row in rows:
-        row["rounds"] = results.get(report.row_label(row), [])
-        failed = [r["error"] for r in row["rounds"] if "error" in r]
-        if failed:
-            row["error"] = failed[0]
-    return rows
+    specs = []
+    for framework, _, precision, xla in plan:
+        row = {"framework": framework, "shape": shape, "precision": precision, "xla": xla,
+               "batch_size": batch_size(args, shape)}
+        specs.append((f"{shape} {report.row_label(row)}", row,
+                      *row_command(args, framework, shape, precision, xla)))
+    rounds.run_processes(specs, args.rounds, args.row_timeout)
+    return [row for _, row, _, _ in specs]
 
 
 def run_scaling(args):

@@ -12,6 +12,7 @@ alive and asked to time one round at a time (common.serve_rounds is the child's 
 round costs only its timed steps, not a start-up and an XLA compile per row.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -49,7 +50,11 @@ class RowProcess:
             self.process = subprocess.Popen([*self.cmd, "--rounds_dir", str(self.directory)],
                                             env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL)
-        self.ready = self._wait_for(self.directory / "ready.json")
+        try:
+            self.ready = self._wait_for(self.directory / "ready.json")
+        except RowError:
+            self.__exit__()
+            raise
         return self
 
     def measure(self, round_index):
@@ -111,6 +116,44 @@ def run_rounds(rows, rounds, log=None):
                 + (record["error"].splitlines()[0] if "error" in record
                    else f"{record['step_s']:.3g} s/step, load {record['load_average']:.1f}"))
     return results
+
+
+def run_processes(rows, rounds, timeout):
+    """Starts each row's RowProcess (one at a time, each warming up alone), times them all in
+    run_rounds, then stops them.
+
+    Args:
+      rows: (label, row dict, command, environment) per row; a command of None means the row
+        cannot run and its environment is the reason.
+      rounds: how many rounds.
+      timeout: seconds a process may take to warm up, or to time one round.
+
+    Each row dict gets `rounds` (its records) and, as they apply, `ready` (what its process
+    reported after warming up), `skipped` or `error`.
+    """
+    measures = {}
+    with contextlib.ExitStack() as stack:
+        for label, row, cmd, env in rows:
+            print(f"[rounds] starting {label} ...", file=sys.stderr, flush=True)
+            if cmd is None:
+                row["error"] = env
+                continue
+            try:
+                process = stack.enter_context(RowProcess(label, cmd, env, timeout))
+            except RowError as error:
+                row["error"] = str(error)
+                continue
+            if "skipped" in process.ready:
+                row["skipped"] = process.ready["skipped"]
+                continue
+            row["ready"] = process.ready
+            measures[label] = process.measure
+        results = run_rounds(measures, rounds)
+    for label, row, _, _ in rows:
+        row["rounds"] = results.get(label, [])
+        failed = [r["error"] for r in row["rounds"] if "error" in r]
+        if failed:
+            row["error"] = failed[0]
 
 
 def spread(values):

@@ -12,7 +12,6 @@ The machine may be shared: the load average at start is recorded.
 """
 
 import argparse
-import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -80,31 +79,20 @@ def child_command(args, shape, precision, xla, ranks):
 def run_shape(args, shape):
     """The shape's rows (precision x XLA x ranks), each process warmed up once, then timed in
     interleaved rounds (bench/rounds.py); returns one record per row."""
-    rows, measures = [], {}
-    with contextlib.ExitStack() as stack:
-        for precision in ("fp32", "bf16"):
-            for xla in (False, True):
-                for ranks in (1, 2):
-                    row = {"shape": shape, "precision": precision, "xla": xla, "ranks": ranks}
-                    label = f"{shape} {precision} XLA {'on' if xla else 'off'} {ranks} rank(s)"
-                    rows.append((label, row))
-                    cmd, env = child_command(args, shape, precision, xla, ranks)
-                    print(f"starting {label} ...", flush=True)
-                    try:
-                        process = stack.enter_context(
-                            rounds.RowProcess(label, cmd, env, timeout=args.timeout))
-                    except rounds.RowError as error:
-                        row["error"] = str(error)
-                        continue
-                    measures[label] = process.measure
-        results = rounds.run_rounds(measures, args.rounds)
-    for label, row in rows:
-        row["rounds"] = results.get(label, [])
+    specs = []
+    for precision in ("fp32", "bf16"):
+        for xla in (False, True):
+            for ranks in (1, 2):
+                row = {"shape": shape, "precision": precision, "xla": xla, "ranks": ranks}
+                specs.append((f"{shape} {precision} XLA {'on' if xla else 'off'} {ranks} rank(s)",
+                              row, *child_command(args, shape, precision, xla, ranks)))
+    rounds.run_processes(specs, args.rounds, args.timeout)
+    for _, row, _, _ in specs:
         row["summary"] = rounds.row_summary(row["rounds"], 1)
         if row["summary"]:  # sequences/s over all ranks, from the median step
             row["sequences_per_s"] = row["rounds"][0]["batch_size"] * row["ranks"] / row[
                 "summary"]["step_s"]["median"]
-    return [row for _, row in rows]
+    return [row for _, row, _, _ in specs]
 
 
 def parent(args) -> None:
