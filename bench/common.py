@@ -5,6 +5,8 @@ Nothing here imports TensorFlow or PyTorch at module level, so the peer scripts
 (which run in their own venvs) use the same timing and FLOPs code as ours.
 """
 
+import argparse
+import itertools
 import json
 import os
 import platform
@@ -56,6 +58,55 @@ def time_step(step, *, warmup=2, repeats=5, steps_per_repeat=1):
         "steps_per_repeat": steps_per_repeat,
         "warmup": warmup,
     }
+
+
+def serve_rounds(step, args, record, reporter=True):
+    """Child side of bench/rounds.py's interleaved rounds: warms `step` up, then times
+    `args.repeats` groups each time the parent asks, until it says stop.
+
+    Without `args.rounds_dir` (a run by hand) it times once and prints the record instead.
+    The parent talks through files in `args.rounds_dir`, so that horovodrun ranks, which get
+    no stdin, take part alike: it writes `go-N` for round N (or `stop`); every rank times the
+    round (their allreduces keep them in step) and the reporter writes `result-N.json`.
+
+    Args:
+      step: the timed call; it must block until its result exists.
+      args: add_step_args' namespace plus rounds_dir.
+      record: function from a time_step timing to the JSON record to report.
+      reporter: whether this process writes the records (rank 0).
+    """
+    timing_args = dict(repeats=args.repeats, steps_per_repeat=args.steps_per_repeat)
+    if not getattr(args, "rounds_dir", None):
+        print_json(record(time_step(step, warmup=args.warmup, **timing_args)))
+        return
+    directory = Path(args.rounds_dir)
+    for _ in range(args.warmup):
+        step()
+    if reporter:
+        _write_json(directory / "ready.json", {"peak_rss_mib": peak_rss_mib()})
+    for round_index in itertools.count():
+        go = directory / f"go-{round_index}"
+        while not go.exists():
+            if (directory / "stop").exists():
+                return
+            time.sleep(0.02)
+        result = record(time_step(step, warmup=0, **timing_args))
+        if reporter:
+            _write_json(directory / f"result-{round_index}.json", result)
+
+
+def report_skip(args, record):
+    """A child's row that will not run: printed, or told to bench/rounds.py's parent."""
+    if getattr(args, "rounds_dir", None):
+        _write_json(Path(args.rounds_dir) / "ready.json", record)
+    else:
+        print_json(record)
+
+
+def _write_json(path, payload):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, default=str))
+    os.replace(tmp, path)
 
 
 def synthetic_batch(batch_size, seq_length, masked_positions, vocab_size=VOCAB_SIZE, seed=0):
@@ -192,6 +243,8 @@ def add_step_args(parser):
                         help="skip the row if a step is estimated to take longer than this")
     parser.add_argument("--train_flops_per_sequence", type=float, default=None,
                         help="model FLOPs of one step per sequence (the parent passes it)")
+    # Set by bench/rounds.py on the row processes it keeps alive between rounds.
+    parser.add_argument("--rounds_dir", default=None, help=argparse.SUPPRESS)
     return parser
 
 

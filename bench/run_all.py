@@ -23,7 +23,7 @@ PARTS = {"compare_train": BENCH / "compare_train.py", "create_data": BENCH / "cr
 QUICK_ARGS = {"compare_train": ["--quick"],
               "create_data": ["--dupe_factor", "1", "--reference_lines", "500", "--repeats", "1"],
               "train_step": ["--shapes", "small", "--small_batch_size", "4", "--warmup", "1",
-                             "--repeats", "1"],
+                             "--repeats", "1", "--rounds", "2"],
               "wikipedia": ["--repeat", "1"]}
 
 

@@ -5,8 +5,9 @@ and on 2 ranks (horovodrun --gloo), all in one run:
 
     .venv/bin/python bench/train_step.py [--shapes base,small] [--batch_size 8]
 
-Each measurement is a child process (2 ranks: one thread each, so both rank
-layouts use the machine's 2 cores). Results go to bench/results/train_step.{json,md}.
+Each row is a child process (2 ranks: one thread each, so both rank layouts use the
+machine's 2 cores), warmed up once; a shape's rows are then timed in interleaved rounds
+(bench/rounds.py), all of them alive at once (BERT-base: about 3 GB per process). Results go to bench/results/train_step.{json,md}.
 The machine may be shared: the load average at start is recorded.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import rounds  # noqa: E402
 
 HERE = Path(__file__).resolve()
 VENV_BIN = Path(sys.executable).parent
@@ -49,13 +51,14 @@ def child(args) -> None:
     batch = common.synthetic_batch(args.batch_size, args.seq_length, args.masked_positions,
                                    seed=distributed.rank())
     features = {k: tf.constant(v) for k, v in batch.items()}
-    timing = common.time_step(lambda: state.update([features]), warmup=args.warmup,
-                              repeats=args.repeats, steps_per_repeat=args.steps_per_repeat)
     ranks = distributed.size()
-    record = common.step_record(args, timing, xla=args.xla, ranks=ranks)
-    record["sequences_per_s"] *= ranks  # over all ranks
-    if distributed.rank() == 0:
-        common.print_json(record)
+
+    def record(timing):
+        result = common.step_record(args, timing, xla=args.xla, ranks=ranks)
+        result["sequences_per_s"] *= ranks  # over all ranks
+        return result
+    common.serve_rounds(lambda: state.update([features]), args, record,
+                        reporter=distributed.rank() == 0)
 
 
 def child_command(args, shape, precision, xla, ranks):
@@ -73,29 +76,41 @@ def child_command(args, shape, precision, xla, ranks):
     return cmd, common.set_thread_env(threads)
 
 
+def run_shape(args, shape):
+    """The shape's rows (precision x XLA x ranks), each process warmed up once, then timed in
+    interleaved rounds (bench/rounds.py); returns one record per row."""
+    specs = []
+    for precision in ("fp32", "bf16"):
+        for xla in (False, True):
+            for ranks in (1, 2):
+                row = {"shape": shape, "precision": precision, "xla": xla, "ranks": ranks}
+                specs.append((f"{shape} {precision} XLA {'on' if xla else 'off'} {ranks} rank(s)",
+                              row, *child_command(args, shape, precision, xla, ranks)))
+    rounds.run_processes(specs, args.rounds, args.timeout)
+    for _, row, _, _ in specs:
+        row["summary"] = rounds.row_summary(row["rounds"], 1)
+        if row["summary"]:  # sequences/s over all ranks, from the median step
+            row["sequences_per_s"] = row["rounds"][0]["batch_size"] * row["ranks"] / row[
+                "summary"]["step_s"]["median"]
+    return [row for _, row, _, _ in specs]
+
+
 def parent(args) -> None:
     machine = common.machine_info()
     records = []
-    for shape in args.shapes.split(","):
-        for precision in ("fp32", "bf16"):
-            for xla in (False, True):
-                for ranks in (1, 2):
-                    cmd, env = child_command(args, shape, precision, xla, ranks)
-                    print(f"{shape} {precision} xla={xla} ranks={ranks} ...", flush=True)
-                    result = common.run_json(cmd, env=env, timeout=args.timeout)
-                    for record in result:
-                        record.update(shape=shape, precision=precision, xla=xla, ranks=ranks)
-                        print("   ", record.get("sequences_per_s", record.get("error")), flush=True)
-                    records += result
+    for shape in args.shapes.split(","):  # one shape's processes alive at a time
+        records += run_shape(args, shape)
     rows = [(r["shape"], r["precision"], "yes" if r["xla"] else "no", r["ranks"],
-             r.get("batch_size"), r.get("sequences_per_s"), r.get("step_s"),
+             r.get("sequences_per_s"),
+             r["summary"] and "{median:.3g} ({min:.3g}-{max:.3g})".format(**r["summary"]["step_s"]),
              r.get("error", "").splitlines()[0] if "error" in r else None) for r in records]
     table = common.markdown_table(
-        ["config", "precision", "XLA", "ranks", "batch/rank", "sequences/s (all ranks)",
-         "update s", "error"], rows)
+        ["config", "precision", "XLA", "ranks", "sequences/s (all ranks, median)",
+         "update s median (min-max)", "error"], rows)
     header = (f"Training update throughput, seq {args.seq_length}, {args.masked_positions} "
               f"masked, LAMB, on {machine['cpu']} ({machine['cpu_count']} cores, load "
-              f"{machine['load_average'][0]:.1f} at start; shared machine).\n\n")
+              f"{machine['load_average'][0]:.1f} at start; shared machine), {args.rounds} "
+              "interleaved rounds per shape.\n\n")
     paths = common.write_results("train_step", {"machine": machine, "records": records},
                                  header + table)
     print(header + table)
@@ -109,6 +124,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="base,small")
     parser.add_argument("--small_batch_size", type=int, default=32)
     parser.add_argument("--timeout", type=int, default=900)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     args = parser.parse_args()
     if args.child:
         child(args)

@@ -10,8 +10,10 @@ import tensorflow as tf
 from bert_tf.model.checkpoints import save_checkpoint
 from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import (
+    MASK_ADDER,
     BertForPreTraining,
     BertModel,
+    attention_probabilities,
     matmul,
     metrics_from_sums,
     pretraining_loss,
@@ -245,6 +247,36 @@ def test_mixed_precision(model, dtype):
     assert 0 < difference < tolerance
     assert float(loss) == pytest.approx(
         float(pretraining_loss(reference, features)["loss"]), abs=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_half_precision_attention_probabilities(dtype):
+    # Probabilities kept in the compute dtype, normalised and differentiated with float32 sums:
+    # within that dtype's rounding of float32's softmax and gradient; padding gets exactly 0.
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(2, 3, 16, 16)).astype(np.float32) * 3
+    adder = np.zeros((2, 1, 1, 16), np.float32)
+    adder[1, ..., 10:] = MASK_ADDER
+    upstream = rng.normal(size=scores.shape).astype(np.float32)
+
+    def probabilities_and_gradient(dtype):
+        x = tf.constant(scores, dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            probs = attention_probabilities(x, tf.constant(adder))
+        gradient = tape.gradient(probs, x, output_gradients=tf.constant(upstream, dtype))
+        return probs, gradient
+
+    reference = probabilities_and_gradient(tf.float32)
+    np.testing.assert_array_equal(reference[0], tf.nn.softmax(scores + adder))
+    probs, gradient = probabilities_and_gradient(dtype)
+    assert probs.dtype == dtype and gradient.dtype == dtype
+    rounding = 2.0 ** -8 if dtype == tf.bfloat16 else 2.0 ** -11  # relative, of the dtype
+    # (the upstream gradient, the probabilities and the result are each rounded once)
+    for value, exact in zip((probs, gradient), reference, strict=True):
+        value = tf.cast(value, tf.float32).numpy()
+        np.testing.assert_allclose(value, exact, atol=4 * rounding * np.abs(exact).max())
+        assert np.all(value[1, ..., 10:] == 0)
 
 
 # A dot with bfloat16 operands and a float32 result, in XLA's HLO text.

@@ -64,6 +64,26 @@ def test_lamb_moves_weights_by_learning_rate_times_their_norm_and_bias_layernorm
             np.testing.assert_allclose(np.abs(moved), 0.05, rtol=1e-4)
 
 
+def test_large_models_get_an_xla_compiled_lamb_update_with_the_same_values():
+    assert not optimization.create_optimizer("lamb", _variables(), 0.01).fused  # small
+    large = {"big/kernel": tf.Variable(tf.zeros([optimization.FUSED_UPDATE_MIN_PARAMETERS]))}
+    assert optimization.create_optimizer("lamb", large, 0.01).fused
+    assert not optimization.create_optimizer("adamw", large, 0.01).fused  # TF's Adam kernel
+    graph, compiled = _variables(), _variables()
+    grads = [tf.constant(np.random.default_rng(1).normal(size=v.shape), tf.float32)
+             for v in graph.values()]
+    plain = optimization.create_optimizer("lamb", graph, weight_decay_rate=0.01)
+    fused = optimization.create_optimizer("lamb", compiled, weight_decay_rate=0.01)
+    fused.fused = True  # as for a model of FUSED_UPDATE_MIN_PARAMETERS
+    for step in range(2):
+        plain.apply(grads, learning_rate=0.05, step=step)
+        fused.apply(grads, learning_rate=0.05, step=step)
+    for name in graph:
+        np.testing.assert_allclose(compiled[name].numpy(), graph[name].numpy(), rtol=1e-5)
+    for a, b in zip(fused.m + fused.v, plain.m + plain.v, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5)
+
+
 def test_lamb_moves_a_zero_initialised_bias_at_full_learning_rate():
     variables = {"cls/predictions/output_bias": tf.Variable(tf.zeros([1000]))}
     opt = optimization.create_optimizer("lamb", variables, weight_decay_rate=0.01)

@@ -36,7 +36,8 @@ def main():
     torch.manual_seed(0)
     reason = common.skip_reason(args, torch_matmul_rate(torch, args.precision))
     if reason:
-        common.print_json({**vars(args), "framework": "hf-torch", "xla": False, "skipped": reason})
+        common.report_skip(args, {**vars(args), "framework": "hf-torch", "xla": False,
+                                  "skipped": reason})
         return
     shape = common.SHAPES[args.shape]
     config = transformers.BertConfig(
@@ -68,12 +69,11 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
-    timing = common.time_step(step, warmup=args.warmup, repeats=args.repeats,
-                              steps_per_repeat=args.steps_per_repeat)
-    common.print_json(common.step_record(
+    loss = step()
+    common.serve_rounds(step, args, lambda timing: common.step_record(
         args, timing, framework="hf-torch", xla=False, optimizer="AdamW",
         versions={"torch": torch.__version__, "transformers": transformers.__version__},
-        attention=getattr(config, "_attn_implementation", None), loss=step()))
+        attention=getattr(config, "_attn_implementation", None), loss=loss))
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def main():
     reason = common.skip_reason(args, common.measure_matmul_peak(
         "bfloat16" if args.precision == "bf16" else "float32", 1024, repeats=1))
     if reason:
-        common.print_json({**vars(args), "framework": "modelgarden", "skipped": reason})
+        common.report_skip(args, {**vars(args), "framework": "modelgarden", "skipped": reason})
         return
     tf.random.set_seed(0)
     if args.precision == "bf16":
@@ -100,14 +100,13 @@ def main():
     def step():
         return float(train_step(inputs))
 
-    timing = common.time_step(step, warmup=args.warmup, repeats=args.repeats,
-                              steps_per_repeat=args.steps_per_repeat)
-    common.print_json(common.step_record(
+    loss = step()
+    common.serve_rounds(step, args, lambda timing: common.step_record(
         args, timing, framework="modelgarden", xla=args.xla, optimizer=args.optimizer,
         step_function="official.nlp.tasks.masked_lm.MaskedLMTask.train_step",
         versions={"tensorflow": tf.__version__,
                   "tf-models-official": version("tf-models-official")},
-        loss=step()))
+        loss=loss))
 
 
 if __name__ == "__main__":

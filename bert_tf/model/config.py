@@ -24,10 +24,10 @@ def attention_probs_dtype(compute_dtype: str) -> str:
       compute_dtype: the model's compute dtype name ("float32", "float16", "bfloat16").
 
     Returns:
-      The dtype name: "float32" at every compute dtype (the softmax runs in float32).
+      The compute dtype's name: half-precision models keep 2-byte probabilities (the softmax
+      sums in float32; modeling.attention_probabilities).
     """
-    del compute_dtype  # float32 at every compute dtype for now
-    return "float32"
+    return compute_dtype
 
 
 class BertConfigError(ValueError):

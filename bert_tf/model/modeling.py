@@ -2,7 +2,9 @@
 
 Keras-free on purpose: Horovod cannot handle Keras 3 variables. Variables are
 float32; with compute_dtype float16/bfloat16 the matmuls run in that dtype while
-softmax, LayerNorm, the pretraining logits and the losses stay float32.
+LayerNorm, the pretraining logits and the losses stay float32, and the attention
+softmax normalises in float32 but keeps its probabilities in the compute dtype
+(`attention_probabilities`).
 Activations are kept as [batch * seq, hidden] matrices between layers (as in
 Google's modeling.py) so every dense layer is one 2-D matmul.
 """
@@ -74,6 +76,39 @@ def matmul(a, b, transpose_b=False):
     return product(a, b)
 
 
+def attention_probabilities(scores, adder):
+    """softmax(scores + adder) over the last axis, in the scores' dtype.
+
+    float32 scores: tf.nn.softmax. Half-precision scores (bfloat16, float16): the max-subtract,
+    exponentials and sum run in float32 and the probabilities are rounded once to the compute
+    dtype, which is all the backward pass keeps ([B, heads, S, S]: 2 bytes an element where
+    TF's float32 softmax kept 4), like NVIDIA's masked softmax, whose fp16 probabilities feed
+    dropout and the context matmul and are what its softmax gradient reads
+    (DeepLearningExamples TensorFlow2/LanguageModeling/BERT/official/nlp/modeling/layers/
+    masked_softmax.py and attention.py). The gradient, p * (g - sum(g * p)), sums in float32.
+
+    Args:
+      scores: [..., S] attention scores, float32/bfloat16/float16.
+      adder: float32 tensor broadcastable to scores (0 for real tokens, MASK_ADDER for padding).
+
+    Returns:
+      Probabilities with scores' shape and dtype.
+    """
+    if scores.dtype == tf.float32:
+        return tf.nn.softmax(scores + adder, axis=-1)
+
+    @tf.custom_gradient
+    def softmax(scores):
+        probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32) + adder, axis=-1),
+                        attention_probs_dtype(scores.dtype.name))
+
+        def gradient(upstream):
+            p, g = tf.cast(probs, tf.float32), tf.cast(upstream, tf.float32)
+            return tf.cast(p * (g - tf.reduce_sum(g * p, axis=-1, keepdims=True)), scores.dtype)
+        return probs, gradient
+    return softmax(scores)
+
+
 ACTIVATIONS = {
     # Exact erf GELU: Google's first release (modeling.py at fe35475) and Hugging Face's "gelu".
     # Google's modeling.py uses the tanh approximation since bee6030 (Feb 2019); they differ by
@@ -90,7 +125,7 @@ class BertOutputs(NamedTuple):
     sequence_output: tf.Tensor  # [B, S, H]
     pooled_output: tf.Tensor  # [B, H]
     hidden_states: tuple  # embedding output, then each layer's output: [B, S, H]
-    attention_probs: tuple | None  # per layer [B, heads, S, S], if return_attention
+    attention_probs: tuple | None  # per layer [B, heads, S, S] float32, if return_attention
 
 
 class PreTrainingOutputs(NamedTuple):
@@ -262,7 +297,7 @@ class TransformerLayer(_NamedModule):
     def __call__(self, x, attention_adder, batch_size, seq_length, dropout):
         """x: [B*S, H] compute dtype; attention_adder: [B, 1, 1, S] float32.
 
-        Returns the new [B*S, H] activations and the attention probs (attention_probs_dtype).
+        Returns the new [B*S, H] activations and the attention probs (compute dtype).
         """
         dtype = x.dtype
         # Scaling the queries instead of the [B, heads, S, S] scores is cheaper.
@@ -271,9 +306,8 @@ class TransformerLayer(_NamedModule):
         key = self._split_heads(self.key(x), batch_size, seq_length)
         value = self._split_heads(self.value(x), batch_size, seq_length)
         scores = matmul(query, key, transpose_b=True)  # [B, heads, S, S]
-        probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32) + attention_adder, axis=-1),
-                        attention_probs_dtype(dtype.name))
-        dropped = dropout(tf.cast(probs, dtype), self.attention_dropout_prob)
+        probs = attention_probabilities(scores, attention_adder)
+        dropped = dropout(probs, self.attention_dropout_prob)
         context = matmul(dropped, value)  # [B, heads, S, head_size]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), tf.shape(x))
 
@@ -344,7 +378,8 @@ class BertModel(_NamedModule):
             sequence_output=tf.cast(sequence, tf.float32),
             pooled_output=tf.cast(pooled, tf.float32),
             hidden_states=tuple(as_sequence(s) for s in states),
-            attention_probs=tuple(all_probs) if return_attention else None,
+            attention_probs=(tuple(tf.cast(p, tf.float32) for p in all_probs)
+                             if return_attention else None),
         )
 
 
