@@ -501,7 +501,7 @@ def test_each_gpu_preset_says_how_sure_its_throughput_is():
     assert performance.confidence(hardware.GPUS["t4"], "fp16", "--metrics_file=m").level \
         == "measured"
     # T4's efficiency makes the estimate's T4/V100 ratio NVIDIA's published one (it was
-    # 0.545 against 0.260 with Volta's borrowed); refitting reproduces the constants.
+    # 0.547 against 0.260 with Volta's borrowed); refitting reproduces the constants.
     saved = dict(performance.COMPUTE_EFFICIENCY)
     try:
         published.fit_turing()
