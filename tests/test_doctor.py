@@ -99,7 +99,7 @@ def test_gpu_box_traps_and_memory_against_detected_gpu(fake_two_gpu_driver, tmp_
     assert memory and ("> 76.9 GiB for TensorFlow = 81,559 MiB - CUDA context 1,024 - reserve "
                        "1,800 (TensorFlow's default for compute capability 9.x): likely out of "
                        "memory") in memory[0], lines
-    assert "lower --train_batch_size to about 56 and raise" in memory[0]
+    assert "lower --train_batch_size to about 64 and raise" in memory[0]
 
 
 def write_seq128_records(path):
@@ -271,15 +271,15 @@ def test_memory_fits_or_warns_with_formula():
                         num_accumulation_steps=256, use_xla=True)
     v100 = device_memory(32510, 7, environ={})  # a V100-32GB outside our Docker image
     fits = check_memory(phase2, LARGE, v100).line()
-    assert fits.startswith("OK   memory per GPU: estimate 26.3 GiB = weights 1.9 + grads 1.3 + "
-                           "optimizer 2.5 + accumulation 1.3 + activations 18.4 + workspace 1.0")
+    assert fits.startswith("OK   memory per GPU: estimate 23.3 GiB = weights 1.9 + grads 1.3 + "
+                           "optimizer 2.5 + accumulation 1.3 + activations 15.4 + workspace 1.0")
     assert "XLA on" in fits and "p bytes per kept attention probability" in fits
     assert fits.endswith("<= 29.7 GiB for TensorFlow = 32,510 MiB - CUDA context 1,024 - reserve "
                          "1,050 (TensorFlow's default for compute capability 7.x)")
     big = run_config(train_batch_size=64, max_seq_length=512, max_predictions_per_seq=80)
     line = check_memory(big, LARGE, v100).line()
-    assert line.startswith("WARN memory per GPU: estimate 105.6 GiB")
-    assert "likely out of memory | fix: lower --train_batch_size to about 8" in line
+    assert line.startswith("WARN memory per GPU: estimate 93.6 GiB")
+    assert "likely out of memory | fix: lower --train_batch_size to about 16" in line
     # A GPU too small for one sequence gets no "batch 0" advice.
     line = check_memory(big, LARGE, device_memory(4096, None, environ={})).line()
     assert line.endswith("fix: it does not fit even at batch 1: use a GPU with more memory, a "

@@ -29,8 +29,8 @@ from bert_tf.tools.hardware import GpuSpec
 # BERT-large inference ratio (same README and container: no T4 training figure is
 # published); Ada and Hopper borrow Ampere's (an assumption until measured there).
 # `python bench/estimate_vs_published.py --fit` prints them.
-COMPUTE_EFFICIENCY = {"volta-half": 0.608, "volta-fp32": 0.828, "ampere-half": 0.559,
-                      "ampere-tf32": 0.583, "turing-half": 0.200, "turing-fp32": 0.323}
+COMPUTE_EFFICIENCY = {"volta-half": 0.571, "volta-fp32": 0.828, "ampere-half": 0.525,
+                      "ampere-tf32": 0.585, "turing-half": 0.192, "turing-fp32": 0.323}
 GENERATION = {"volta": "volta", "turing": "turing", "ampere": "ampere", "ada": "ampere",
               "hopper": "ampere"}
 # The presets whose efficiency comes from published figures, and which: the systems of
@@ -91,7 +91,7 @@ def confidence(gpu: GpuSpec, precision: str, measured_source: str | None = None)
                       f"{BORROWED_WHY[gpu.architecture]}; measure with bench/gpu_check.sh")
 # Memory traffic of the elementwise ops (softmax, LayerNorm, GELU, dropout, casts) in
 # multiples of the activations a sequence keeps (model_size.activation_bytes_per_sequence).
-ELEMENTWISE_PASSES = 6.45
+ELEMENTWISE_PASSES = 6.58
 # Per micro-step launch, host and input overhead, seconds.
 MICRO_STEP_OVERHEAD_S = 0.057
 # LAMB reads weights, gradients (or the accumulator) and two slots, and writes weights,
