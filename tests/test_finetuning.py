@@ -73,6 +73,8 @@ def command(config: FinetuningConfig):
         if field.name in ("optimizer_type", "num_train_steps", "num_warmup_steps"):
             continue
         value = getattr(config, field.name)
+        if value is None:  # the flag's default (e.g. --do_lower_case: the vocab's spec decides)
+            continue
         flags.append(f"--{'' if value else 'no'}{field.name}" if isinstance(value, bool)
                      else f"--{field.name}={value}")
     return [PYTHON, REPO / "run_finetuning.py", *flags]

@@ -102,9 +102,10 @@ def run(config: FinetuningConfig) -> dict:
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
         run_setup.enable_amp(config, report)
         data = load_task_data(config, tokenizer, report)
-        write_model_info(config, bert_config, data.label_names, tokenizer.do_lower_case, report)
         if config.do_train:
             config = config.with_schedule(data.train.num_rows, distributed.size())
+        # After the last check of the flags against the data: a refused run writes nothing.
+        write_model_info(config, bert_config, data.label_names, tokenizer.do_lower_case, report)
         tf.random.set_seed(config.seed)
         state = FinetuningState(bert_config, config, len(data.label_names))
         if config.do_train:
