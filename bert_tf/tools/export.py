@@ -53,7 +53,8 @@ def define_flags() -> None:
                         "--checkpoint (finetuned_model.json or bert_config.json).")
     flags.DEFINE_string("vocab_file", "", "Default: the fine-tuning run's --vocab_file, or "
                         "vocab.txt next to --checkpoint.")
-    flags.DEFINE_bool("do_lower_case", None, "Default: the fine-tuning run's, else true.")
+    flags.DEFINE_bool("do_lower_case", None, "Default: the fine-tuning run's, else the vocab's tokenizer spec (true for a "
+                      "vocab without one).")
     flags.DEFINE_integer("max_seq_length", 0, "Longest input in word pieces (text is cut to "
                          "it). Default: the fine-tuning run's, else 128.")
     flags.DEFINE_list("labels", None, "A fine-tuned model's label names in id order, for runs "

@@ -14,14 +14,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 
 import tensorflow as tf
 
 import bert_tf
-from bert_tf.data.files import OutputDirError
 from bert_tf.data.graph_tokenization import graph_word_splitter, needs_python_word_splitter
-from bert_tf.data.output_dir import check_new_output_dir
+from bert_tf.data.output_dir import check_new_output_dir, check_output_dir, replace_files_in
 from bert_tf.data.tokenization import load_vocab, resolve_spec
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig
@@ -185,28 +183,10 @@ def write_common_files(source: ExportSource, directory: str, export_format: str)
 
 @contextlib.contextmanager
 def new_output_dir(output_dir: str):
-    """Yields a temporary directory inside --output_dir to write the export into; on success
-    its files are moved up into --output_dir, on failure everything written is removed (and
-    --output_dir too, if this made it). Working inside the target keeps the moves on one file
-    system. A non-empty --output_dir is refused."""
+    """Yields a staging directory inside --output_dir to write the export into; on success its
+    files move up into --output_dir, on failure nothing is left (output_dir.replace_files_in).
+    A non-empty or unwritable --output_dir is refused before anything is computed."""
     check_new_output_dir(output_dir, "output_dir", "the export")
-    made = not os.path.isdir(output_dir)
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-    except OSError as e:
-        raise OutputDirError(f"--output_dir={output_dir} cannot be created: {e}") from None
-    tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=output_dir)
-    moved = []
-    try:
-        yield tmp
-        for name in sorted(os.listdir(tmp)):
-            os.replace(os.path.join(tmp, name), os.path.join(output_dir, name))
-            moved.append(os.path.join(output_dir, name))
-    except BaseException:
-        for path in moved:
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if made and not os.listdir(output_dir):
-            os.rmdir(output_dir)
+    check_output_dir(output_dir, "output_dir")
+    with replace_files_in(output_dir) as staging:
+        yield staging
