@@ -10,7 +10,6 @@ a fine-tuning run's `best/`), unless flags name them.
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ import tensorflow as tf
 import bert_tf
 from bert_tf.data.graph_tokenization import graph_word_splitter, needs_python_word_splitter
 from bert_tf.data.output_dir import check_new_output_dir, check_output_dir, replace_files_in
+from bert_tf.data.shards import file_sha256
 from bert_tf.data.tokenization import load_vocab, resolve_spec
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig
@@ -77,8 +77,7 @@ class ExportSource:
 
     def info(self, export_format: str) -> dict:
         """export.json: what was exported, from what, and how its inputs are made."""
-        with open(self.vocab_file, "rb") as f:
-            vocab_sha256 = hashlib.sha256(f.read()).hexdigest()
+        vocab_sha256 = file_sha256(self.vocab_file)
         return {
             "format": export_format, "bert_tf_version": bert_tf.__version__,
             "checkpoint": os.path.abspath(self.checkpoint), "kind": self.kind,
