@@ -37,8 +37,8 @@ def bert_tf_pass(tf, args, batch):
 
     configure_xla_matmuls(args.precision, args.xla, has_gpu())  # as TrainState does
     shape = {k: v for k, v in common.SHAPES[args.shape].items() if k != "name"}
-    model = modeling.BertForPreTraining(BertConfig(vocab_size=common.VOCAB_SIZE, **shape),
-                                        compute_dtype(args.precision))
+    config = BertConfig(vocab_size=common.VOCAB_SIZE, hidden_act=args.hidden_act, **shape)
+    model = modeling.BertForPreTraining(config, compute_dtype(args.precision))
     params = list(modeling.variables_by_name(model).values())
     features = {name: tf.constant(value) for name, value in batch.items()}
     seed = tf.constant([1, 2], tf.int64)
@@ -132,6 +132,7 @@ def main():
     parser.add_argument("--shape", choices=sorted(common.SHAPES), default="base")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--hidden_act", default="gelu", help="bert_tf's activation")
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--masked_positions", type=int, default=20)

@@ -10,7 +10,7 @@ from safetensors.numpy import load_file, save_file
 
 from bert_tf.model.checkpoints import restore, save_checkpoint
 from bert_tf.model.config import BertConfig
-from bert_tf.model.convert import ConversionError, hf_to_tf, tf_to_hf
+from bert_tf.model.convert import ConversionError, config_from_hf, hf_to_tf, tf_to_hf
 from bert_tf.model.modeling import BertForPreTraining, BertModel, variables_by_name
 from bert_tf.tools.convert import main
 
@@ -148,6 +148,14 @@ def test_tied_decoder_copies(tmp_path, saved_model):
     save_file(tensors, tmp_path / "hf" / "model.safetensors")  # untied: reported, not used
     assert hf_to_tf(tmp_path / "hf", tmp_path / "untied").unused == [
         "cls.predictions.decoder.weight"]
+
+
+def test_hf_activation_names_map_to_ours():
+    for hf_name, ours in (("gelu", "gelu"), ("gelu_new", "gelu_new"),
+                          ("gelu_pytorch_tanh", "gelu_new")):
+        assert config_from_hf({**CONFIG.to_dict(), "hidden_act": hf_name}, "x").hidden_act == ours
+    with pytest.raises(ConversionError, match="hidden_act"):
+        config_from_hf({**CONFIG.to_dict(), "hidden_act": "silu"}, "config.json")
 
 
 def test_cli_errors_name_the_file(tmp_path, capsys):

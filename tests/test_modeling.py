@@ -1,4 +1,6 @@
+import dataclasses
 import importlib.resources
+import math
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +12,7 @@ import tensorflow as tf
 from bert_tf.model.checkpoints import save_checkpoint
 from bert_tf.model.config import BertConfig
 from bert_tf.model.modeling import (
+    ACTIVATIONS,
     MASK_ADDER,
     BertForPreTraining,
     BertModel,
@@ -325,6 +328,18 @@ def test_float32_output_matmuls_under_xla(transpose_b, batch):
     finally:
         set_float32_matmul_outputs(False)
     np.testing.assert_array_equal(eager, tf.matmul(a, b, transpose_b=transpose_b))
+
+
+def test_gelu_new_is_the_tanh_approximation_and_gelu_the_erf():
+    x = np.linspace(-6, 6, 241, dtype=np.float32)
+    tanh_form = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    erf_form = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x], np.float32)
+    np.testing.assert_allclose(ACTIVATIONS["gelu_new"](x), tanh_form, atol=2e-6)
+    np.testing.assert_allclose(ACTIVATIONS["gelu"](x), erf_form, atol=2e-6)
+    assert 1e-4 < np.max(np.abs(tanh_form - erf_form)) < 5e-4  # two different functions
+    outputs = BertModel(dataclasses.replace(CONFIG, hidden_act="gelu_new"))(
+        make_features()["input_ids"])
+    assert np.all(np.isfinite(outputs.sequence_output))
 
 
 def test_bert_model_defaults_and_bad_dtype():

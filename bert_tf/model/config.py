@@ -5,7 +5,7 @@ import json
 import os
 import tempfile
 
-ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
+ACTIVATIONS = ("gelu", "gelu_new", "relu", "tanh", "linear")
 # Keys a bert_config.json must have: a default here would silently change the model's shape.
 REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                    "intermediate_size")

@@ -92,6 +92,8 @@ def config_from_hf(hf_config, source):
         raise ConversionError(f"{source}: position_embedding_type {position_type!r} is not "
                               "supported (only 'absolute')")
     fields = {k: hf_config[k] for k in BertConfig.__dataclass_fields__ if k in hf_config}
+    if fields.get("hidden_act") == "gelu_pytorch_tanh":  # the same tanh approximation
+        fields["hidden_act"] = "gelu_new"
     try:
         return BertConfig.from_dict(fields, source=source)
     except BertConfigError as e:

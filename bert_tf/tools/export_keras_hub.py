@@ -11,8 +11,8 @@ The weight layout follows KerasHub's BERT (keras_hub/src/models/bert/bert_backbo
 keras_hub/src/layers/modeling/transformer_encoder.py): attention projections are Keras
 EinsumDense kernels [hidden, heads, head_size] and [heads, head_size, hidden]; everything else is
 Google's [in, out] layout. Two differences are KerasHub's, not the export's: its BertBackbone
-always uses the tanh approximation of GELU (our models use the exact erf form; docs/export.md
-gives the measured difference), and its tokenizer lower-cases with Unicode case folding, which
+always uses the tanh approximation of GELU (exact for hidden_act "gelu_new"; our "gelu" is the
+erf form, and docs/export.md gives the measured difference), and its tokenizer lower-cases with Unicode case folding, which
 maps a few characters (such as U+1D35, modifier letter capital I) differently from Google's.
 A tagger has no KerasHub BERT task to load into, so it is refused.
 """
@@ -27,7 +27,7 @@ def _check_exportable(source: ExportSource) -> None:
     if source.kind == "tagger":
         raise ExportError("KerasHub has no BERT token-classification task to load a tagger "
                           "into: export it with --format=savedmodel or --format=onnx")
-    if source.bert_config.hidden_act != "gelu":
+    if source.bert_config.hidden_act not in ("gelu", "gelu_new"):
         raise ExportError(f"KerasHub's BertBackbone only has GELU; this model's hidden_act is "
                           f"{source.bert_config.hidden_act!r}")
     if not source.raw_text:
