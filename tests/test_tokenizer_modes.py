@@ -385,6 +385,22 @@ def test_whole_word_masking_groups_mecab_words(ja_mecab, ja_held_out):
         assert sum(map(len, masked)) > 0.1 * (lengths - 2).sum()
 
 
+def test_data_workers_do_not_hash_the_dictionary_again(ja_mecab, ja_held_out, tmp_path):
+    # plan_jobs checks the installed dictionary; a worker process starts with empty caches
+    # (cleared here) and used to hash unidic-lite's 260 MB again, about a CPU-second each.
+    text = tmp_path / "ja.txt"
+    text.write_text("\n".join(ja_held_out[:20]) + "\n", encoding="utf-8")
+    config = pdata.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=10, dupe_factor=1)
+    word_splitters.dictionary_identity.cache_clear()
+    _, _, jobs, _ = pdata.plan_jobs(str(text), str(tmp_path / "ja.tfrecord"), ja_mecab.vocab_file,
+                                    None, config)
+    assert word_splitters.dictionary_identity.cache_info().misses == 1
+    word_splitters.dictionary_identity.cache_clear()
+    pdata._tokenizer.cache_clear()
+    assert pdata._run_shard(jobs[0])["instances"] > 0
+    assert word_splitters.dictionary_identity.cache_info().misses == 0
+
+
 def test_create_pretraining_data_masks_mecab_words_whole(ja_mecab, ja_held_out, tmp_path):
     text = tmp_path / "ja.txt"
     text.write_text("\n".join(ja_held_out[:60]) + "\n\n" + "\n".join(ja_held_out[60:120]) + "\n",
