@@ -219,6 +219,24 @@ def test_japanese_mecab_wordpiece(ja_mecab, ja_held_out):
         ("ﾃﾞｰﾀ", 0), ("ﾍﾞｰｽ", 0), ("を", 1), ("設定", 2)]
 
 
+def test_initial_alphabet_of_the_dictionary(shared_data, tmp_path_factory):
+    # cl-tohoku's alphabet: the characters of UniDic 2.1.2's words, NFKC, printable (its
+    # README: "The size of the initial alphabet: 7012"), read here from unidic-lite's sys.dic.
+    spec = tokenizer_spec.preset_spec("mecab")
+    alphabet = build_vocab.alphabet_of("dictionary", [], spec)
+    assert len(alphabet) == 7012 and {"鬱", "憂", "ぱ", "ヴ", "A"} <= set(alphabet)
+    with pytest.raises(build_vocab.BuildVocabError,
+                       match="--initial_alphabet=dictionary: .*'mecab-ko'.*pass corpus"):
+        build_vocab.alphabet_of("dictionary", [], tokenizer_spec.preset_spec("mecab-ko"))
+    vocab = make_vocab(shared_data, tmp_path_factory, JA, corpus_lines(shared_data, JA, 0, 300),
+                       tokenizer="mecab", vocab_size=16000, initial_alphabet="dictionary")
+    tokenizer = load_tokenizer(vocab)
+    # Characters the training text lacks, at a word's start and inside one: no [UNK].
+    assert "鬱" not in "".join(corpus_lines(shared_data, JA, 0, 300))
+    pieces = tokenizer.tokenize("憂鬱な鬱病")
+    assert "[UNK]" not in pieces and {"##鬱", "鬱"} <= set(pieces), pieces
+
+
 def test_japanese_character_mode(shared_data, tmp_path_factory, ja_held_out):
     vocab = make_vocab(shared_data, tmp_path_factory, JA, corpus_lines(shared_data, JA, 0, 2000),
                        tokenizer="character", vocab_size=3000)
