@@ -12,7 +12,8 @@ text (bench/README.md has the commands). Figures, per vocab:
   reading them alone, splits into a noun and a particle (パッケージを, のリスト);
 - crossing: pieces of the held-out text whose span has a reference word boundary inside it;
 - wwm_units: of the multi-piece reference words touched by static whole-word masking
-  (bert_tf.data.masking, 3 passes), the share masked whole; dyn_wwm_units: the same with the
+  (bert_tf.data.masking, 3 passes over the held-out lines packed into sequences of 128 as
+  create_pretraining_data fills them), the share masked whole; dyn_wwm_units: the same with the
   in-graph dynamic masking (input_pipeline.apply_dynamic_masking);
 - lowercase_kana_hangul_changed: kana/Hangul characters changed by --do_lower_case's
   normalisation (Google's rule, before and after bert_tf's fix);
@@ -78,24 +79,40 @@ def pieces_of_words(pieces, words):
     return out
 
 
-def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
-    """Of the multi-piece words with a masked piece, the share with every piece masked."""
-    rows, groups = [], []
+def packed_rows(lines, tokenizer, words_of_lines):
+    """Consecutive lines packed into [CLS] ... [SEP] rows of up to SEQ positions, as
+    create_pretraining_data fills its sequences (a row of one short line has a masking budget
+    of one or two pieces, which no multi-piece word fits) -> (input_ids, lengths, word_starts,
+    each row's multi-piece reference words as lists of positions)."""
+    rows, current = [], ([], [], [])
     for line, words in zip(lines, words_of_lines, strict=True):
         pieces = tokenizer.tokenize_with_offsets(line)[:SEQ - 2]
         ids, _, starts = tokenizer.tokenize_words_batch([line])
         if not len(pieces):
             continue
-        rows.append((ids[:SEQ - 2], starts[:SEQ - 2]))
-        groups.append([g for g in pieces_of_words(pieces, words) if len(g) >= 2])
-    n = len(rows)
-    input_ids = np.zeros([n, SEQ], np.int64)
-    word_starts = np.ones([n, SEQ], bool)
-    lengths = np.array([len(r[0]) + 2 for r in rows])
-    for i, (ids, starts) in enumerate(rows):
+        if len(current[0]) + len(pieces) > SEQ - 2:
+            rows.append(current)
+            current = ([], [], [])
+        offset = len(current[0]) + 1
+        current[2].extend([[offset + g for g in group]
+                           for group in pieces_of_words(pieces, words) if len(group) >= 2])
+        current[0].extend(ids[:SEQ - 2].tolist())
+        current[1].extend(starts[:SEQ - 2].tolist())
+    rows.append(current)
+    input_ids = np.zeros([len(rows), SEQ], np.int64)
+    word_starts = np.ones([len(rows), SEQ], bool)
+    lengths = np.array([len(ids) + 2 for ids, _, _ in rows])
+    for i, (ids, starts, _) in enumerate(rows):
         input_ids[i, 0], input_ids[i, len(ids) + 1] = tokenizer.cls_id, tokenizer.sep_id
         input_ids[i, 1:len(ids) + 1] = ids
         word_starts[i, 1:len(ids) + 1] = starts
+    return input_ids, lengths, word_starts, [groups for _, _, groups in rows]
+
+
+def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
+    """Of the multi-piece words with a masked piece, the share with every piece masked."""
+    input_ids, lengths, word_starts, groups = packed_rows(lines, tokenizer, words_of_lines)
+    n = len(input_ids)
     whole = touched = 0
     for seed in range(3):
         if dynamic:
@@ -109,7 +126,7 @@ def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
             masked = [set(positions[i][weights[i] > 0].tolist()) for i in range(n)]
         for i in range(n):
             for group in groups[i]:
-                hit = [g + 1 in masked[i] for g in group]
+                hit = [g in masked[i] for g in group]
                 touched += any(hit)
                 whole += all(hit)
     return whole / max(touched, 1)

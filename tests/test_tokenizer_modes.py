@@ -405,7 +405,7 @@ def test_whole_word_masking_groups_mecab_words(ja_mecab, ja_held_out):
 
 def test_data_workers_do_not_hash_the_dictionary_again(ja_mecab, ja_held_out, tmp_path):
     # plan_jobs checks the installed dictionary; a worker process starts with empty caches
-    # (cleared here) and used to hash unidic-lite's 260 MB again, about a CPU-second each.
+    # (cleared here) and used to hash unidic-lite's 260 MB again, 0.2 CPU-s each here.
     text = tmp_path / "ja.txt"
     text.write_text("\n".join(ja_held_out[:20]) + "\n", encoding="utf-8")
     config = pdata.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=10, dupe_factor=1)

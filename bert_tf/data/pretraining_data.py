@@ -155,7 +155,7 @@ def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case
     a Counter of statistics. do_lower_case None: the vocab's tokenizer spec decides.
     check_dictionary False: the caller has checked the installed word-splitter dictionary
     against the vocab's spec on this host (plan_jobs): a worker then does not hash it again
-    (about a CPU-second for unidic-lite)."""
+    (unidic-lite: 260 MB, 0.2 CPU-s here)."""
     import tensorflow as tf
 
     stats = collections.Counter(shards=1)
