@@ -15,6 +15,8 @@ text (bench/README.md has the commands). Figures, per vocab:
   (bert_tf.data.masking, 3 passes over the held-out lines packed into sequences of 128 as
   create_pretraining_data fills them), the share masked whole; dyn_wwm_units: the same with the
   in-graph dynamic masking (input_pipeline.apply_dynamic_masking);
+- records without a mask: records of create_pretraining_data.py --do_whole_word_mask over the
+  held-out text (seq 128, dupe_factor 2) that have no masked position;
 - lowercase_kana_hangul_changed: kana/Hangul characters changed by --do_lower_case's
   normalisation (Google's rule, before and after bert_tf's fix);
 - chars/CPU-s: tokenize_words_batch (create_pretraining_data's call) over the held-out text,
@@ -24,8 +26,10 @@ text (bench/README.md has the commands). Figures, per vocab:
 import argparse
 import collections
 import dataclasses
+import os
 import re
 import statistics
+import tempfile
 import time
 import unicodedata
 
@@ -132,6 +136,23 @@ def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
     return whole / max(touched, 1)
 
 
+def unmasked_records(vocab, text_path):
+    """(records without a masked position, records) of create_pretraining_data.py
+    --do_whole_word_mask over the held-out text (seq 128, 20 predictions, dupe_factor 2)."""
+    import tensorflow as tf
+
+    from bert_tf.data.pretraining_data import create_pretraining_data
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "records.tfrecord")
+        create_pretraining_data(text_path, path, vocab, progress=False, config=InstanceConfig(
+            max_seq_length=SEQ, max_predictions_per_seq=20, dupe_factor=2,
+            do_whole_word_mask=True))
+        weights = [tf.train.Example.FromString(r.numpy()).features.feature[
+            "masked_lm_weights"].float_list.value for r in tf.data.TFRecordDataset(path)]
+    return sum(not any(w) for w in weights), len(weights)
+
+
 def _dynamic_positions(input_ids, lengths, tokenizer, seed):
     import tensorflow as tf
 
@@ -182,6 +203,7 @@ class Row:
     wwm_units: float
     dyn_wwm_units: float
     unk: float
+    unmasked_records: tuple[int, int]
     chars_per_cpu_second: float = 0.0
 
 
@@ -197,7 +219,7 @@ def tokenizing_speed(rows, tokenizers, lines, rounds=3):
         row.chars_per_cpu_second = sum(map(len, lines)) / max(statistics.median(times), 1e-9)
 
 
-def measure(language, vocabs, lines, splitter_name, tagger):
+def measure(language, vocabs, lines, splitter_name, tagger, text_path):
     words = reference_words(lines, splitter_name)
     rows, tokenizers = [], []
     for mode, vocab in vocabs:
@@ -210,7 +232,8 @@ def measure(language, vocabs, lines, splitter_name, tagger):
                         crossing_share(pieces, words),
                         masked_whole_share(lines, tokenizer, words, dynamic=False),
                         masked_whole_share(lines, tokenizer, words, dynamic=True),
-                        sum(p.id == tokenizer.unk_id for ps in pieces for p in ps) / num_pieces))
+                        sum(p.id == tokenizer.unk_id for ps in pieces for p in ps) / num_pieces,
+                        unmasked_records(vocab, text_path)))
         if language == "ja":
             multi_kanji, particle = vocab_entries(tokenizer, tagger)
             print(f"{language} {mode}: {multi_kanji} multi-kanji entries, {len(particle)} "
@@ -239,14 +262,15 @@ def main():
         print(f"{language}: --do_lower_case changes {google} of {total} kana/Hangul characters "
               f"with Google's rule, {ours} with bert_tf's")
         pairs = [v.split(":", 1) for v in vocabs.split(",")]
-        rows += measure(language, pairs, lines, splitter, tagger)
+        rows += measure(language, pairs, lines, splitter, tagger, path)
     print("| lang | mode | vocab | pieces/char | pieces crossing a word | multi-piece words "
-          "masked whole (static) | (dynamic) | [UNK] | M chars/CPU-s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "masked whole (static) | (dynamic) | [UNK] | records without a mask | M chars/CPU-s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.language} | {r.mode} | {r.vocab_size} | {r.pieces_per_char:.3f} | "
               f"{100 * r.crossing:.2f}% | {100 * r.wwm_units:.1f}% | {100 * r.dyn_wwm_units:.1f}% "
-              f"| {100 * r.unk:.2f}% | {r.chars_per_cpu_second / 1e6:.2f} |")
+              f"| {100 * r.unk:.2f}% | {r.unmasked_records[0]} of {r.unmasked_records[1]} "
+              f"| {r.chars_per_cpu_second / 1e6:.2f} |")
 
 
 if __name__ == "__main__":

@@ -162,14 +162,14 @@ _UNSPACED_SCRIPT = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3005-\u
 def is_word_start(token, subword_tokenizer_type):
     """Whether a piece begins a word, the unit of whole-word masking: not a "##" continuation
     (WordPiece, character: the splitter's words), or for SentencePiece a "▁" piece or one
-    holding a character of a script written without spaces. SentencePiece's words are the text
-    between spaces, so in Japanese or Chinese they are whole sentences, longer than a sequence's
-    masking budget: such pieces are units of their own, as ALBERT's create_pretraining_data.py
-    (_is_start_piece_sp: every piece with a character outside a-z and punctuation) does; unlike
-    ALBERT, Korean and other spaced scripts keep their whitespace words. SentencePiece's [UNK]
-    stands for characters inside a word, and so does character mode's (an unknown character
-    inside a MeCab word is a bare [UNK]; 39 of the 113 [UNK]s of the held-out Japanese text, the
-    other 74 begin a word, which joins the word before it instead of cutting one in two)."""
+    holding a character of a script written without spaces, whose SentencePiece "words" are
+    whole sentences: such pieces are units of their own, as in ALBERT's
+    create_pretraining_data.py (_is_start_piece_sp: every piece with a character outside a-z
+    and punctuation), but Korean and other spaced scripts keep their whitespace words.
+    SentencePiece's [UNK] stands for characters inside a word; so does character mode's, where
+    an unknown character is a bare [UNK] inside a word or at its start: taking it for a start
+    cut words in two, taking it for a continuation joins a word to the one before
+    (docs/tokenizers.md, "Whole-word masking")."""
     if subword_tokenizer_type == "sentencepiece":
         return token.startswith(WORD_START) or bool(_UNSPACED_SCRIPT.search(token))
     if subword_tokenizer_type == "character" and token == "[UNK]":
