@@ -238,6 +238,10 @@ def measure(language, vocabs, lines, splitter_name, tagger, text_path):
             multi_kanji, particle = vocab_entries(tokenizer, tagger)
             print(f"{language} {mode}: {multi_kanji} multi-kanji entries, {len(particle)} "
                   f"noun+particle entries (MeCab reading each alone), e.g. {particle[:8]}")
+        ids, _, starts = tokenizer.tokenize_words_batch(lines)
+        unknown = ids == tokenizer.unk_id
+        print(f"{language} {mode}: [UNK] pieces: {(unknown & starts).sum()} begin a splitter word, "
+              f"{(unknown & ~starts).sum()} are inside one")
     tokenizing_speed(rows, tokenizers, lines)
     return rows
 
