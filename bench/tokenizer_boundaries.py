@@ -12,8 +12,11 @@ text (bench/README.md has the commands). Figures, per vocab:
   reading them alone, splits into a noun and a particle (パッケージを, のリスト);
 - crossing: pieces of the held-out text whose span has a reference word boundary inside it;
 - wwm_units: of the multi-piece reference words touched by static whole-word masking
-  (bert_tf.data.masking, 3 passes), the share masked whole; dyn_wwm_units: the same with the
+  (bert_tf.data.masking, 3 passes over the held-out lines packed into sequences of 128 as
+  create_pretraining_data fills them), the share masked whole; dyn_wwm_units: the same with the
   in-graph dynamic masking (input_pipeline.apply_dynamic_masking);
+- records without a mask: records of create_pretraining_data.py --do_whole_word_mask over the
+  held-out text (seq 128, dupe_factor 2) that have no masked position;
 - lowercase_kana_hangul_changed: kana/Hangul characters changed by --do_lower_case's
   normalisation (Google's rule, before and after bert_tf's fix);
 - chars/CPU-s: tokenize_words_batch (create_pretraining_data's call) over the held-out text,
@@ -23,8 +26,10 @@ text (bench/README.md has the commands). Figures, per vocab:
 import argparse
 import collections
 import dataclasses
+import os
 import re
 import statistics
+import tempfile
 import time
 import unicodedata
 
@@ -78,24 +83,40 @@ def pieces_of_words(pieces, words):
     return out
 
 
-def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
-    """Of the multi-piece words with a masked piece, the share with every piece masked."""
-    rows, groups = [], []
+def packed_rows(lines, tokenizer, words_of_lines):
+    """Consecutive lines packed into [CLS] ... [SEP] rows of up to SEQ positions, as
+    create_pretraining_data fills its sequences (a row of one short line has a masking budget
+    of one or two pieces, which no multi-piece word fits) -> (input_ids, lengths, word_starts,
+    each row's multi-piece reference words as lists of positions)."""
+    rows, current = [], ([], [], [])
     for line, words in zip(lines, words_of_lines, strict=True):
         pieces = tokenizer.tokenize_with_offsets(line)[:SEQ - 2]
         ids, _, starts = tokenizer.tokenize_words_batch([line])
         if not len(pieces):
             continue
-        rows.append((ids[:SEQ - 2], starts[:SEQ - 2]))
-        groups.append([g for g in pieces_of_words(pieces, words) if len(g) >= 2])
-    n = len(rows)
-    input_ids = np.zeros([n, SEQ], np.int64)
-    word_starts = np.ones([n, SEQ], bool)
-    lengths = np.array([len(r[0]) + 2 for r in rows])
-    for i, (ids, starts) in enumerate(rows):
+        if len(current[0]) + len(pieces) > SEQ - 2:
+            rows.append(current)
+            current = ([], [], [])
+        offset = len(current[0]) + 1
+        current[2].extend([[offset + g for g in group]
+                           for group in pieces_of_words(pieces, words) if len(group) >= 2])
+        current[0].extend(ids[:SEQ - 2].tolist())
+        current[1].extend(starts[:SEQ - 2].tolist())
+    rows.append(current)
+    input_ids = np.zeros([len(rows), SEQ], np.int64)
+    word_starts = np.ones([len(rows), SEQ], bool)
+    lengths = np.array([len(ids) + 2 for ids, _, _ in rows])
+    for i, (ids, starts, _) in enumerate(rows):
         input_ids[i, 0], input_ids[i, len(ids) + 1] = tokenizer.cls_id, tokenizer.sep_id
         input_ids[i, 1:len(ids) + 1] = ids
         word_starts[i, 1:len(ids) + 1] = starts
+    return input_ids, lengths, word_starts, [groups for _, _, groups in rows]
+
+
+def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
+    """Of the multi-piece words with a masked piece, the share with every piece masked."""
+    input_ids, lengths, word_starts, groups = packed_rows(lines, tokenizer, words_of_lines)
+    n = len(input_ids)
     whole = touched = 0
     for seed in range(3):
         if dynamic:
@@ -109,10 +130,27 @@ def masked_whole_share(lines, tokenizer, words_of_lines, dynamic):
             masked = [set(positions[i][weights[i] > 0].tolist()) for i in range(n)]
         for i in range(n):
             for group in groups[i]:
-                hit = [g + 1 in masked[i] for g in group]
+                hit = [g in masked[i] for g in group]
                 touched += any(hit)
                 whole += all(hit)
     return whole / max(touched, 1)
+
+
+def unmasked_records(vocab, text_path):
+    """(records without a masked position, records) of create_pretraining_data.py
+    --do_whole_word_mask over the held-out text (seq 128, 20 predictions, dupe_factor 2)."""
+    import tensorflow as tf
+
+    from bert_tf.data.pretraining_data import create_pretraining_data
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "records.tfrecord")
+        create_pretraining_data(text_path, path, vocab, progress=False, config=InstanceConfig(
+            max_seq_length=SEQ, max_predictions_per_seq=20, dupe_factor=2,
+            do_whole_word_mask=True))
+        weights = [tf.train.Example.FromString(r.numpy()).features.feature[
+            "masked_lm_weights"].float_list.value for r in tf.data.TFRecordDataset(path)]
+    return sum(not any(w) for w in weights), len(weights)
 
 
 def _dynamic_positions(input_ids, lengths, tokenizer, seed):
@@ -165,6 +203,7 @@ class Row:
     wwm_units: float
     dyn_wwm_units: float
     unk: float
+    unmasked_records: tuple[int, int]
     chars_per_cpu_second: float = 0.0
 
 
@@ -180,7 +219,7 @@ def tokenizing_speed(rows, tokenizers, lines, rounds=3):
         row.chars_per_cpu_second = sum(map(len, lines)) / max(statistics.median(times), 1e-9)
 
 
-def measure(language, vocabs, lines, splitter_name, tagger):
+def measure(language, vocabs, lines, splitter_name, tagger, text_path):
     words = reference_words(lines, splitter_name)
     rows, tokenizers = [], []
     for mode, vocab in vocabs:
@@ -193,11 +232,16 @@ def measure(language, vocabs, lines, splitter_name, tagger):
                         crossing_share(pieces, words),
                         masked_whole_share(lines, tokenizer, words, dynamic=False),
                         masked_whole_share(lines, tokenizer, words, dynamic=True),
-                        sum(p.id == tokenizer.unk_id for ps in pieces for p in ps) / num_pieces))
+                        sum(p.id == tokenizer.unk_id for ps in pieces for p in ps) / num_pieces,
+                        unmasked_records(vocab, text_path)))
         if language == "ja":
             multi_kanji, particle = vocab_entries(tokenizer, tagger)
             print(f"{language} {mode}: {multi_kanji} multi-kanji entries, {len(particle)} "
                   f"noun+particle entries (MeCab reading each alone), e.g. {particle[:8]}")
+        ids, _, starts = tokenizer.tokenize_words_batch(lines)
+        unknown = ids == tokenizer.unk_id
+        print(f"{language} {mode}: [UNK] pieces: {(unknown & starts).sum()} begin a splitter word, "
+              f"{(unknown & ~starts).sum()} are inside one")
     tokenizing_speed(rows, tokenizers, lines)
     return rows
 
@@ -222,14 +266,15 @@ def main():
         print(f"{language}: --do_lower_case changes {google} of {total} kana/Hangul characters "
               f"with Google's rule, {ours} with bert_tf's")
         pairs = [v.split(":", 1) for v in vocabs.split(",")]
-        rows += measure(language, pairs, lines, splitter, tagger)
+        rows += measure(language, pairs, lines, splitter, tagger, path)
     print("| lang | mode | vocab | pieces/char | pieces crossing a word | multi-piece words "
-          "masked whole (static) | (dynamic) | [UNK] | M chars/CPU-s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "masked whole (static) | (dynamic) | [UNK] | records without a mask | M chars/CPU-s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.language} | {r.mode} | {r.vocab_size} | {r.pieces_per_char:.3f} | "
               f"{100 * r.crossing:.2f}% | {100 * r.wwm_units:.1f}% | {100 * r.dyn_wwm_units:.1f}% "
-              f"| {100 * r.unk:.2f}% | {r.chars_per_cpu_second / 1e6:.2f} |")
+              f"| {100 * r.unk:.2f}% | {r.unmasked_records[0]} of {r.unmasked_records[1]} "
+              f"| {r.chars_per_cpu_second / 1e6:.2f} |")
 
 
 if __name__ == "__main__":

@@ -17,15 +17,18 @@ pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
 SEQ, PRED, BATCH = 64, 10, 8
 
 
-def write_records(path, first_id, count, seq_length=SEQ, predictions=PRED):
-    """Records whose input_ids[1] numbers them, so tests can tell them apart."""
+def write_records(path, first_id, count, seq_length=SEQ, predictions=PRED, masked=()):
+    """Records whose input_ids[1] numbers them, so tests can tell them apart; those of index in
+    `masked` have one masked position (1), the others none."""
     input_ids = np.zeros([count, seq_length], np.int64)
     input_ids[:, 0], input_ids[:, 1], input_ids[:, 2] = 101, np.arange(first_id, first_id + count), 102
     zeros = np.zeros([count, predictions], np.int64)
+    weights = zeros.astype(np.float32)
+    weights[list(masked), 0] = 1.0
     records = serialize_examples({
         "input_ids": input_ids, "input_mask": (input_ids > 0).astype(np.int64),
-        "segment_ids": np.zeros_like(input_ids), "masked_lm_positions": zeros,
-        "masked_lm_ids": zeros, "masked_lm_weights": zeros.astype(np.float32),
+        "segment_ids": np.zeros_like(input_ids), "masked_lm_positions": (weights > 0) * 1,
+        "masked_lm_ids": zeros, "masked_lm_weights": weights,
         "next_sentence_labels": np.ones([count, 1], np.int64)})
     with tf.io.TFRecordWriter(str(path)) as writer:
         for record in records:
@@ -94,6 +97,20 @@ def test_shape_mismatch_and_missing_files(four_files, tmp_path):
     (tmp_path / "empty.tfrecord").write_bytes(b"")
     with pytest.raises(InputDataError, match="--eval_files: all 1 file.* are empty"):
         validate_records([str(tmp_path / "empty.tfrecord")], SEQ, PRED, flag="eval_files")
+
+
+def test_masked_or_not_is_judged_by_every_checked_record(tmp_path):
+    # Static whole-word masking may leave a record without a masked position; the file is
+    # still masked data (the check used to judge it by its first such record).
+    write_records(tmp_path / "some.tfrecord", 0, 20, masked=range(1, 20, 3))
+    write_records(tmp_path / "none.tfrecord", 0, 20)
+    assert validate_records([str(tmp_path / "some.tfrecord")], SEQ, PRED, masked=True)
+    with pytest.raises(InputDataError, match=r"none\.tfrecord holds unmasked records \(none of "
+                                             "its first 16 has a masked position"):
+        validate_records([str(tmp_path / "none.tfrecord")], SEQ, PRED, masked=True)
+    with pytest.raises(InputDataError, match=r"some\.tfrecord holds masked records, but "
+                                             "--dynamic_masking"):
+        validate_records([str(tmp_path / "some.tfrecord")], SEQ, PRED, masked=False)
 
 
 def test_dynamic_masking_statistics(shared_data, tmp_path):

@@ -6,6 +6,7 @@ whole-word masking by MeCab words (static and dynamic)."""
 import dataclasses
 import json
 import re
+import types
 import unicodedata
 
 import numpy as np
@@ -17,6 +18,7 @@ from bert_tf.data import pretraining_data as pdata
 from bert_tf.data.input_pipeline import DynamicMasking, apply_dynamic_masking
 from bert_tf.data.masking import choose_masks
 from bert_tf.data.normalization import Normalizer
+from bert_tf.data.records import num_to_predict
 from bert_tf.data.tokenization import FullTokenizer, load_tokenizer, normalize_text
 from bert_tf.data.tokenizer_spec import TokenizerSpecError
 
@@ -217,6 +219,24 @@ def test_japanese_mecab_wordpiece(ja_mecab, ja_held_out):
         ("ﾃﾞｰﾀ", 0), ("ﾍﾞｰｽ", 0), ("を", 1), ("設定", 2)]
 
 
+def test_initial_alphabet_of_the_dictionary(shared_data, tmp_path_factory):
+    # cl-tohoku's alphabet: the characters of UniDic 2.1.2's words, NFKC, printable (its
+    # README: "The size of the initial alphabet: 7012"), read here from unidic-lite's sys.dic.
+    spec = tokenizer_spec.preset_spec("mecab")
+    alphabet = build_vocab.alphabet_of("dictionary", [], spec)
+    assert len(alphabet) == 7012 and {"鬱", "憂", "ぱ", "ヴ", "A"} <= set(alphabet)
+    with pytest.raises(build_vocab.BuildVocabError,
+                       match="--initial_alphabet=dictionary: .*'mecab-ko'.*pass corpus"):
+        build_vocab.alphabet_of("dictionary", [], tokenizer_spec.preset_spec("mecab-ko"))
+    vocab = make_vocab(shared_data, tmp_path_factory, JA, corpus_lines(shared_data, JA, 0, 300),
+                       tokenizer="mecab", vocab_size=16000, initial_alphabet="dictionary")
+    tokenizer = load_tokenizer(vocab)
+    # Characters the training text lacks, at a word's start and inside one: no [UNK].
+    assert "鬱" not in "".join(corpus_lines(shared_data, JA, 0, 300))
+    pieces = tokenizer.tokenize("憂鬱な鬱病")
+    assert "[UNK]" not in pieces and {"##鬱", "鬱"} <= set(pieces), pieces
+
+
 def test_japanese_character_mode(shared_data, tmp_path_factory, ja_held_out):
     vocab = make_vocab(shared_data, tmp_path_factory, JA, corpus_lines(shared_data, JA, 0, 2000),
                        tokenizer="character", vocab_size=3000)
@@ -276,8 +296,18 @@ def test_sentencepiece_mode_ids(shared_data, tmp_path_factory, ja_held_out):
     expected = processor.encode([unicodedata.normalize("NFKC", t) for t in ja_held_out])
     assert [ids[row_splits[i]:row_splits[i + 1]].tolist() for i in range(len(expected))] == (
         expected)
-    np.testing.assert_array_equal(word_starts,
-                                  [lines[i].startswith("\u2581") for i in ids.tolist()])
+    # Masking units: SentencePiece's words, except that a piece of kana or kanji is one unit
+    # (in unspaced Japanese a "word" is a sentence).
+    unspaced = re.compile("[\u3005\u3040-\u30ff\u4e00-\u9fff]")
+    np.testing.assert_array_equal(word_starts, [
+        lines[i].startswith("\u2581") or bool(unspaced.search(lines[i])) for i in ids.tolist()])
+    # Whole-word masking then masks every sequence about as much as per-piece masking would
+    # (with SentencePiece's words, whole sentences, Google's rule masked none of most).
+    rows, lengths, starts, _ = _instances(tokenizer, ja_held_out[:100])
+    wanted = np.minimum(10, np.maximum(1, np.round(lengths * 0.15)))
+    for masked in _static_and_dynamic_masks(tokenizer, rows, lengths, starts, 10):
+        counts = np.array([len(m) for m in masked])
+        assert counts.min() >= 1 and counts.sum() > 0.95 * wanted.sum(), (counts, wanted)
     text = "ﾃﾞｰﾀﾍﾞｰｽ を設定"
     pieces = tokenizer.tokenize_with_offsets(text)
     assert [p.id for p in pieces] == processor.encode(unicodedata.normalize("NFKC", text))
@@ -315,25 +345,78 @@ def _words_masked_whole(lines, pieces, masked_rows):
     return touched, whole
 
 
-def test_whole_word_masking_groups_mecab_words(ja_mecab, ja_held_out):
-    lines = ja_held_out[:200]
-    input_ids, lengths, word_starts, pieces = _instances(ja_mecab, lines)
-    config = pdata.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=10,
+def _static_and_dynamic_masks(tokenizer, input_ids, lengths, word_starts, predictions,
+                              masking=None):
+    """[CLS] A [SEP] rows -> the masked positions of each row (sets), by static whole-word
+    masking (masking.choose_masks) and by dynamic (apply_dynamic_masking; `masking` or the
+    tokenizer's DynamicMasking)."""
+    seq_length = input_ids.shape[1]
+    config = pdata.InstanceConfig(max_seq_length=seq_length, max_predictions_per_seq=predictions,
                                   do_whole_word_mask=True)
-    _, positions, _, weights, _ = choose_masks(input_ids, lengths, lengths - 2, config, ja_mecab,
+    _, positions, _, weights, _ = choose_masks(input_ids, lengths, lengths - 2, config, tokenizer,
                                                word_starts, np.random.default_rng(0))
     static = [set(p[w > 0].tolist()) for p, w in zip(positions, weights, strict=True)]
-    masking = DynamicMasking.from_tokenizer(ja_mecab, whole_word=True)
-    batch = {"input_ids": tf.constant(input_ids, tf.int32),
-             "input_mask": tf.constant(np.arange(SEQ)[None, :] < lengths[:, None], tf.int32)}
-    out = apply_dynamic_masking(batch, masking, 10, tf.constant([1, 2], tf.int64))
+    masking = masking or DynamicMasking.from_tokenizer(tokenizer, whole_word=True)
+    mask = np.arange(seq_length)[None, :] < lengths[:, None]
+    out = apply_dynamic_masking({"input_ids": tf.constant(input_ids, tf.int32),
+                                 "input_mask": tf.constant(mask, tf.int32)}, masking,
+                                predictions, tf.constant([1, 2], tf.int64))
     dynamic = [set(p[w > 0].tolist()) for p, w in zip(out["masked_lm_positions"].numpy(),
                                                       out["masked_lm_weights"].numpy(),
                                                       strict=True)]
-    for masked in (static, dynamic):
-        touched, whole = _words_masked_whole(lines, pieces, masked)
+    return static, dynamic
+
+
+def test_a_sequence_where_no_word_fits_masks_its_pieces():
+    # Ids: 5 begins a word, 6 continues one. Row 0 is one word of 20 pieces, more than its 3
+    # positions to mask: Google's rule masked nothing there. Row 1 (1 position): the 1-piece
+    # word fits, so the 4-piece one is never cut.
+    table = (False,) * 5 + (True, False)
+    tokenizer = types.SimpleNamespace(vocab_size=7, mask_id=4)
+    masking = DynamicMasking(7, 4, (2, 3, 0), word_start_table=table)
+    input_ids = np.zeros([2, 32], np.int64)
+    input_ids[0, :22] = [2, 5, *[6] * 19, 3]
+    input_ids[1, :7] = [2, 5, 5, 6, 6, 6, 3]
+    lengths = np.array([22, 7])
+    word_starts = np.array(table)[input_ids] | (input_ids < 5)
+    for masked in _static_and_dynamic_masks(tokenizer, input_ids, lengths, word_starts, 5,
+                                            masking):
+        assert len(masked[0]) == 3 and masked[0] <= set(range(1, 21)), masked
+        assert masked[1] == {1}, masked
+
+
+def test_whole_word_masking_groups_mecab_words(ja_mecab, ja_held_out):
+    lines = ja_held_out[:200]
+    input_ids, lengths, word_starts, pieces = _instances(ja_mecab, lines)
+    # A line whose every word is longer than its positions to mask ("インストール" alone: 2
+    # pieces, 1 position) masks single pieces (test_a_sequence_where_no_word_fits_...).
+    budgets = num_to_predict(lengths, 0.15, 10)
+    no_word_fits = [np.diff(np.append(np.flatnonzero(s[1:n - 1]), n - 2)).min() > b
+                    for s, n, b in zip(word_starts, lengths, budgets, strict=True)]
+    assert 0 < sum(no_word_fits) < 10
+    for masked in _static_and_dynamic_masks(ja_mecab, input_ids, lengths, word_starts, 10):
+        kept = [i for i, skip in enumerate(no_word_fits) if not skip]
+        touched, whole = _words_masked_whole([lines[i] for i in kept], [pieces[i] for i in kept],
+                                             [masked[i] for i in kept])
         assert touched > 30 and whole == touched, (touched, whole)
+        assert all(masked)
         assert sum(map(len, masked)) > 0.1 * (lengths - 2).sum()
+
+
+def test_data_workers_do_not_hash_the_dictionary_again(ja_mecab, ja_held_out, tmp_path):
+    # plan_jobs checks the installed dictionary; a worker process starts with empty caches
+    # (cleared here) and used to hash unidic-lite's 260 MB again, 0.2 CPU-s each here.
+    text = tmp_path / "ja.txt"
+    text.write_text("\n".join(ja_held_out[:20]) + "\n", encoding="utf-8")
+    config = pdata.InstanceConfig(max_seq_length=SEQ, max_predictions_per_seq=10, dupe_factor=1)
+    word_splitters.dictionary_identity.cache_clear()
+    _, _, jobs, _ = pdata.plan_jobs(str(text), str(tmp_path / "ja.tfrecord"), ja_mecab.vocab_file,
+                                    None, config)
+    assert word_splitters.dictionary_identity.cache_info().misses == 1
+    word_splitters.dictionary_identity.cache_clear()
+    pdata._tokenizer.cache_clear()
+    assert pdata._run_shard(jobs[0])["instances"] > 0
+    assert word_splitters.dictionary_identity.cache_info().misses == 0
 
 
 def test_create_pretraining_data_masks_mecab_words_whole(ja_mecab, ja_held_out, tmp_path):

@@ -19,8 +19,10 @@ private-use character, numbered in first-seen order, and mapped back afterwards.
 
 --initial_alphabet: characters that get both forms (c and ##c) whatever their frequency, so a
 word with a character the trainer saw only at a word's start does not become one [UNK] (the
-role of cl-tohoku/bert-japanese's make_alphabet_from_unidic.py, whose UniDic lex.csv the
-unidic-lite package does not ship): `corpus` for every character of the input, or a file.
+role of cl-tohoku/bert-japanese's make_alphabet_from_unidic.py): `corpus` for every character
+of the input, `dictionary` for those of the words of the splitter's dictionary (UniDic's, read
+from unidic-lite's compiled sys.dic, which holds what cl-tohoku reads from UniDic's lex.csv), or
+a file.
 """
 
 import collections
@@ -132,19 +134,29 @@ def _symbol_batches(input_files, spec, symbols):
 
 
 def alphabet_of(initial_alphabet, input_files, spec):
-    """The characters of --initial_alphabet: "" none, "corpus" the input's, else a file's
-    (normalised as the spec says)."""
+    """The characters of --initial_alphabet: "" none, "corpus" the input's, "dictionary" the
+    word splitter's dictionary's, else a file's (normalised as the spec says)."""
     if not initial_alphabet:
         return []
     if initial_alphabet == "corpus":
         return sorted({c for words in words_of_lines(input_files, spec) for w in words for c in w})
+    normalizer = Normalizer(spec.normalization == "nfkc", spec.do_lower_case, spec.strip_accents)
+    if initial_alphabet == "dictionary":
+        try:
+            characters = word_splitters.dictionary_characters(spec.word_tokenizer_type)
+        except word_splitters.WordSplitterError as e:
+            raise BuildVocabError(f"--initial_alphabet=dictionary: {e}; pass corpus, or a file "
+                                  "of characters") from None
+        # As make_alphabet_from_unidic.py: each character normalised alone, kept when it stays
+        # one printable character (7,012 of unidic-lite's 7,223 under NFKC, cl-tohoku's count).
+        return sorted({n for n in map(normalizer, characters) if len(n) == 1 and n.isprintable()})
     try:
         with open(initial_alphabet, encoding="utf-8") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise BuildVocabError(f"--initial_alphabet={initial_alphabet}: cannot read it as UTF-8 "
-                              f"text ({e}); pass corpus, or a file of characters") from None
-    normalizer = Normalizer(spec.normalization == "nfkc", spec.do_lower_case, spec.strip_accents)
+                              f"text ({e}); pass corpus, dictionary, or a file of characters"
+                              ) from None
     return sorted(set(normalizer(text)) - {" "})
 
 
@@ -318,7 +330,9 @@ def define_flags():
                       "Every CJK ideograph its own word (default: true for bert only).")
     flags.DEFINE_string("initial_alphabet", d["initial_alphabet"],
                         "Characters kept in both forms (c, ##c) whatever their frequency: "
-                        "'corpus' (every input character) or a file of characters.")
+                        "'corpus' (every input character), 'dictionary' (those of the words of "
+                        "the MeCab dictionary, UniDic: --tokenizer=mecab or character, as "
+                        "cl-tohoku) or a file of characters.")
     flags.DEFINE_integer("num_unused_tokens", d["num_unused_tokens"],
                          "[unusedN] placeholders (Google's vocabs have 994).")
     flags.DEFINE_integer("min_count", d["min_count"], "Minimum frequency of a merged piece.")

@@ -114,10 +114,12 @@ def document_shards(document_dir, prefixes):
 
 def _phase_job(shard_index, input_path, output_path, vocab_file, do_lower_case, config,
                allow_dictionary_mismatch):
-    """One input shard -> one finished TFRecord file (counts recorded, renamed)."""
+    """One input shard -> one finished TFRecord file (counts recorded, renamed). The installed
+    dictionary was checked by validate() on this host: the worker does not hash it again."""
     stats = pretraining_data.process_shard(shard_index, input_path,
                                            [shards.temporary_path(output_path)], vocab_file,
-                                           do_lower_case, config, allow_dictionary_mismatch)
+                                           do_lower_case, config, allow_dictionary_mismatch,
+                                           check_dictionary=False)
     counts = {k: stats[k] for k in ("documents", "sentences", "input_tokens", "instances",
                                     "tokens", "replaced_bytes")}
     shards.finish(output_path, counts | {"input": os.path.basename(input_path)})

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from bert_tf.data.files import expand_patterns
 from bert_tf.data.records import count_records, feature_spec, num_to_predict
+from bert_tf.data.whole_words import random_pieces, random_whole_words
 
 # What records.num_to_predict needs, inside a TensorFlow graph.
 TF_OPS = types.SimpleNamespace(round=tf.math.round, maximum=tf.maximum, minimum=tf.minimum)
@@ -63,10 +64,11 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
                                          max_predictions_per_seq, ops=TF_OPS), tf.int32)
     num_to_mask = tf.minimum(num_to_mask, tf.reduce_sum(tf.cast(candidate, tf.int32), 1))
     if masking.word_start_table is None:
-        positions = _random_pieces(candidate, num_to_mask, max_predictions_per_seq, seeds[0])
+        positions = random_pieces(candidate, num_to_mask, max_predictions_per_seq, seeds[0])
     else:
-        positions = _random_whole_words(input_ids, candidate, num_to_mask, masking,
-                                        max_predictions_per_seq, seeds[0])
+        word_starts = tf.gather(tf.constant(masking.word_start_table), input_ids)
+        positions = random_whole_words(word_starts, candidate, num_to_mask,
+                                       max_predictions_per_seq, seeds[0])
     valid = positions < seq_length
     positions = tf.where(valid, positions, 0)
     original = tf.gather(input_ids, positions, batch_dims=1)
@@ -87,48 +89,6 @@ def apply_dynamic_masking(batch, masking, max_predictions_per_seq, seed):
         "masked_lm_ids": tf.where(valid, original, 0),
         "masked_lm_weights": tf.cast(valid, tf.float32),
     }
-
-
-def _random_pieces(candidate, num_to_mask, max_predictions_per_seq, seed):
-    """A uniform random subset of the candidates, the top-k of random keys -> positions
-    [B, P] in increasing order, seq_length where unused."""
-    seq_length = tf.shape(candidate)[1]
-    keys = tf.where(candidate, tf.random.stateless_uniform(tf.shape(candidate), seed), -1.0)
-    _, top = tf.math.top_k(keys, k=max_predictions_per_seq)
-    valid = tf.range(max_predictions_per_seq)[None, :] < num_to_mask[:, None]
-    return tf.sort(tf.where(valid, top, seq_length), axis=1)  # invalid ones sort last
-
-
-def _random_whole_words(input_ids, candidate, num_to_mask, masking, max_predictions_per_seq,
-                        seed):
-    """Google's whole-word rule in the graph: words in random order, a word that would
-    overflow num_to_mask skipped -> positions [B, P] in increasing order, seq_length where
-    unused. A word starts at a word-initial id or after a non-candidate ([CLS], [SEP])."""
-    shape = tf.shape(input_ids)
-    batch_size, seq_length = shape[0], shape[1]
-    after_candidate = tf.pad(candidate[:, :-1], [[0, 0], [1, 0]])
-    starts = candidate & (tf.gather(tf.constant(masking.word_start_table), input_ids)
-                          | ~after_candidate)
-    word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # word index of each position
-    word = tf.where(candidate, word, seq_length - 1)
-    rows = tf.broadcast_to(tf.range(batch_size)[:, None], shape)
-    slot = rows * seq_length + tf.maximum(word, 0)
-    lengths = tf.reshape(tf.math.unsorted_segment_sum(
-        tf.cast(candidate, tf.int32), slot, batch_size * seq_length), shape)  # per word
-    order = tf.argsort(tf.random.stateless_uniform(shape, seed), axis=1)
-    sorted_lengths = tf.gather(lengths, order, batch_dims=1)
-
-    def take(count, length):  # Google: skip a word that would overflow, keep going
-        fits = (length > 0) & (count + length <= num_to_mask)
-        return count + tf.where(fits, length, 0)
-    counts = tf.scan(take, tf.transpose(sorted_lengths), tf.zeros([batch_size], tf.int32))
-    taken_sorted = tf.transpose(counts) > tf.pad(tf.transpose(counts)[:, :-1], [[0, 0], [1, 0]])
-    taken = tf.gather(taken_sorted, tf.argsort(order, axis=1), batch_dims=1)
-    chosen = candidate & tf.gather(taken, tf.maximum(word, 0), batch_dims=1)
-    # Chosen positions first, in increasing order: the top-k of (seq_length - position).
-    score = tf.where(chosen, seq_length - tf.range(seq_length)[None, :], 0)
-    top_score, _ = tf.math.top_k(score, k=max_predictions_per_seq)
-    return tf.where(top_score > 0, seq_length - top_score, seq_length)
 
 
 # Files read interleaved at a time (NVIDIA's cycle_length), and the unit a resume skips.

@@ -13,7 +13,8 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     counts tallies the 80/10/10 decisions. word_starts (bool [n, S]: whether each position
     begins a word of the tokenizer's word splitter, for whole-word masking) is None for
     per-token masking. The words come from the splitter (tokenize_words_batch), not from "##"
-    strings: Japanese without spaces rarely makes "##" pieces under Google's split.
+    strings: Japanese without spaces rarely makes "##" pieces under Google's split. Whole words
+    are chosen by the rule dynamic masking runs (whole_words.random_whole_words).
     """
     n, seq_length = input_ids.shape
     max_predictions = config.max_predictions_per_seq
@@ -21,16 +22,16 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     len_a = segment_lengths_a[:, None]
     candidate = ((position >= 1) & (position <= len_a)) | (
         (position >= len_a + 2) & (position < lengths[:, None] - 1))
-    num_to_mask = num_to_predict(lengths, config.masked_lm_prob, max_predictions).astype(np.int64)
-    keys = rng.random((n, seq_length))
+    num_to_mask = np.minimum(num_to_predict(lengths, config.masked_lm_prob, max_predictions),
+                             candidate.sum(1)).astype(np.int64)
     if word_starts is None:
+        keys = rng.random((n, seq_length))
         order = np.argsort(np.where(candidate, keys, 2.0), axis=1)[:, :max_predictions]
-        chosen = np.arange(max_predictions)[None, :] < np.minimum(
-            num_to_mask, candidate.sum(1))[:, None]
+        chosen = np.arange(max_predictions)[None, :] < num_to_mask[:, None]
         positions = np.sort(np.where(chosen, order, seq_length), axis=1)
     else:
-        positions = _choose_whole_words(candidate, keys, num_to_mask, word_starts,
-                                        max_predictions)
+        positions = _choose_whole_words(candidate, num_to_mask, word_starts, max_predictions,
+                                        rng)
     valid = positions < seq_length
     positions = np.where(valid, positions, 0)
     rows = np.arange(n)[:, None]
@@ -50,25 +51,14 @@ def choose_masks(input_ids, lengths, segment_lengths_a, config, tokenizer, word_
     return masked, positions, labels, valid.astype(np.float32), counts
 
 
-def _choose_whole_words(candidate, keys, num_to_mask, word_starts, max_predictions):
-    """Whole words in random order, skipping a word that would overflow num_to_mask (Google).
-    A word never continues across [CLS]/[SEP] (the first piece of segment B starts one)."""
-    n, seq_length = candidate.shape
-    continues = candidate & ~word_starts
-    continues[:, 1:] &= candidate[:, :-1]
-    positions = np.full((n, max_predictions), seq_length, np.int64)
-    for row in range(n):
-        token_positions = np.flatnonzero(candidate[row])
-        word_first = token_positions[~continues[row, token_positions]]
-        word_ends = np.append(word_first[1:], seq_length)
-        chosen = []
-        limit = num_to_mask[row]
-        for w in np.argsort(keys[row, :len(word_first)]):
-            if len(chosen) >= limit:
-                break
-            word = token_positions[(token_positions >= word_first[w])
-                                   & (token_positions < word_ends[w])]
-            if len(chosen) + len(word) <= limit:
-                chosen.extend(word.tolist())
-        positions[row, :len(chosen)] = sorted(chosen)
-    return positions
+def _choose_whole_words(candidate, num_to_mask, word_starts, max_predictions, rng):
+    """whole_words.random_whole_words, the rule dynamic masking runs in the graph, run eagerly
+    with a stateless seed drawn from `rng` -> positions int64 [n, P], seq_length where unused."""
+    import tensorflow as tf
+
+    from bert_tf.data.whole_words import random_whole_words
+
+    seed = tf.constant(rng.integers(0, 2**31, size=2), tf.int64)
+    positions = random_whole_words(tf.constant(word_starts), tf.constant(candidate),
+                                   tf.constant(num_to_mask, tf.int32), max_predictions, seed)
+    return positions.numpy().astype(np.int64)

@@ -142,21 +142,26 @@ def read_documents(path, tokenizer, stats):
 
 
 @functools.cache
-def _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch):
+def _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch, check_dictionary):
     from bert_tf.data.tokenization import load_tokenizer
 
-    return load_tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch)
+    return load_tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch,
+                          check_dictionary=check_dictionary)
 
 
 def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case, config,
-                  allow_dictionary_mismatch=False):
+                  allow_dictionary_mismatch=False, check_dictionary=True):
     """Input file -> instances written round-robin to part_paths (temporary names). Returns
-    a Counter of statistics. do_lower_case None: the vocab's tokenizer spec decides."""
+    a Counter of statistics. do_lower_case None: the vocab's tokenizer spec decides.
+    check_dictionary False: the caller has checked the installed word-splitter dictionary
+    against the vocab's spec on this host (plan_jobs): a worker then does not hash it again
+    (unidic-lite: 260 MB, 0.2 CPU-s here)."""
     import tensorflow as tf
 
     stats = collections.Counter(shards=1)
     started = time.perf_counter()
-    tokenizer = _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch)
+    tokenizer = _tokenizer(vocab_file, do_lower_case, allow_dictionary_mismatch,
+                           check_dictionary)
     flat, flat_word_starts, sentence_starts, sentence_ends, doc_ranges = read_documents(
         input_path, tokenizer, stats)
     rng = random.Random(f"{config.random_seed}:{shard_index}")
@@ -278,7 +283,9 @@ def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config,
 
     config.validate()
     input_files = _input_files(input_file)
-    # Fail early on a bad vocab, or flags or a dictionary that contradict its spec.
+    # Fail early on a bad vocab, or flags or a dictionary that contradict its spec. Every MPI
+    # rank runs this on its host before its jobs, whose workers (on the same host) skip the
+    # dictionary check.
     resolve_spec(vocab_file, do_lower_case, allow_dictionary_mismatch)
     outputs = resolve_output_files(output_file, len(input_files))
     if not outputs:
@@ -287,7 +294,7 @@ def plan_jobs(input_file, output_file, vocab_file, do_lower_case, config,
     _check_not_an_input(outputs, input_files, vocab_file)
     targets = assign_parts(len(input_files), len(outputs))
     jobs = [(i, path, [_part_path(outputs[j], i) for j in targets[i]], vocab_file,
-             do_lower_case, config, allow_dictionary_mismatch)
+             do_lower_case, config, allow_dictionary_mismatch, False)
             for i, path in enumerate(input_files)]
     parts = [[_part_path(output, i) for i in range(len(input_files)) if j in targets[i]]
              for j, output in enumerate(outputs)]

@@ -175,9 +175,14 @@ def check_records(files, max_seq_length, max_predictions_per_seq, vocab_size=Non
                            .as_numpy_iterator())
         except tf.errors.DataLossError as e:
             raise InputDataError(damage_message([path], flag, e)) from None
-        for record in records:
-            _check_example(tf.train.Example.FromString(record).features.feature, path, flag,
-                           expected, vocab_size, masked)
+        examples = [tf.train.Example.FromString(record).features.feature for record in records]
+        masked_records = sum(_check_example(feature, path, flag, expected, vocab_size, masked)
+                             for feature in examples)
+        if masked is True and records and not masked_records:
+            raise InputDataError(
+                f"--{flag}: {path} holds unmasked records (none of its first {len(records)} has "
+                "a masked position: create_pretraining_data.py --dynamic_masking): train on them "
+                "with --dynamic_masking --vocab_file=VOCAB")
         if records:
             nonempty.append(path)
     return nonempty
@@ -338,7 +343,10 @@ def damage_message(files, flag, error):
     return f"--{flag}: a record is unreadable ({error.message.strip()})"
 
 
-def _check_example(feature, path, flag, expected, vocab_size, masked):
+def _check_example(feature, path, flag, expected, vocab_size, masked) -> bool:
+    """Raises InputDataError for a record the reader cannot use; returns whether it has a
+    masked position. A file of masked records is judged by all its checked records (check_records):
+    a record of static masking may hold no masked position."""
     for name, (dtype, _) in FEATURES.items():
         if name not in feature:
             raise InputDataError(f"--{flag}: {path}: records lack feature {name!r}; expected "
@@ -365,7 +373,4 @@ def _check_example(feature, path, flag, expected, vocab_size, masked):
             f"--{flag}: {path} holds masked records, but --dynamic_masking masks during "
             "training and needs unmasked ones: make the data with create_pretraining_data.py "
             "--dynamic_masking, or drop --dynamic_masking")
-    if masked is True and not is_masked:
-        raise InputDataError(
-            f"--{flag}: {path} holds unmasked records (create_pretraining_data.py "
-            "--dynamic_masking): train on them with --dynamic_masking --vocab_file=VOCAB")
+    return is_masked

@@ -5,6 +5,8 @@ tensorflow-text is not installed (the same ids); SentencePiece in the `sentencep
 TensorFlow is imported when a model is built, not with this module.
 """
 
+import re
+
 import numpy as np
 
 from bert_tf.data.normalization import MAX_CHARS_PER_WORD, UNK_CHAR
@@ -150,9 +152,26 @@ class SentencePieceModel:
         return out
 
 
+# Scripts written without spaces between words (Han, kana, Thai, Lao, Myanmar, Khmer): there a
+# SentencePiece "word" (the text between spaces) is a phrase or a whole sentence.
+_UNSPACED_SCRIPT = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3005-\u3007"
+                              "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+                              "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f]")
+
+
 def is_word_start(token, subword_tokenizer_type):
-    """Whether a piece begins a splitter word: not a "##" continuation (WordPiece, character),
-    or a "▁" piece (SentencePiece, whose [UNK] stands for characters inside a word)."""
+    """Whether a piece begins a word, the unit of whole-word masking: not a "##" continuation
+    (WordPiece, character: the splitter's words), or for SentencePiece a "▁" piece or one
+    holding a character of a script written without spaces, whose SentencePiece "words" are
+    whole sentences: such pieces are units of their own, as in ALBERT's
+    create_pretraining_data.py (_is_start_piece_sp: every piece with a character outside a-z
+    and punctuation), but Korean and other spaced scripts keep their whitespace words.
+    SentencePiece's [UNK] stands for characters inside a word; so does character mode's, where
+    an unknown character is a bare [UNK] inside a word or at its start: taking it for a start
+    cut words in two, taking it for a continuation joins a word to the one before
+    (docs/tokenizers.md, "Whole-word masking")."""
     if subword_tokenizer_type == "sentencepiece":
-        return token.startswith(WORD_START)
+        return token.startswith(WORD_START) or bool(_UNSPACED_SCRIPT.search(token))
+    if subword_tokenizer_type == "character" and token == "[UNK]":
+        return False
     return not token.startswith("##")

@@ -114,7 +114,8 @@ def load_tokenizer(vocab_file, do_lower_case=None, allow_dictionary_mismatch=Fal
       backend: WordPiece backend ("tensorflow_text" or "tokenizers"); default: the former
         where it imports.
       flag: the name of the casing flag, for the error message.
-      check_dictionary: False where text is not split (ids only: dynamic masking).
+      check_dictionary: False where text is not split (ids only: dynamic masking), or where
+        the process that started this one has checked it on this host (data workers).
 
     Returns:
       A FullTokenizer with `.spec`.
