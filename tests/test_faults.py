@@ -1,7 +1,7 @@
 """Faults of a single training run (issue 19): a stop signal, a corrupt checkpoint, a truncated
-TFRecord, stale checkpoint temporaries, a resized resume, two runs in one --output_dir, and
-smaller bad inputs. Real processes, signals, Horovod ranks and files cut on disk; the tiny
-model and data of test_training.py. A signal or kill to a running multi-process job:
+TFRecord, stale checkpoint temporaries, two runs in one --output_dir, and smaller bad inputs.
+Real processes, signals and files cut on disk; the tiny model and data of test_training.py.
+A signal or kill to a running multi-process job, and a 2-rank run resumed on 1 rank:
 test_preemption.py."""
 
 import dataclasses
@@ -17,18 +17,17 @@ import subprocess
 import pytest
 import test_training
 from conftest import PYTHON, run_command
-from test_training import _config, mpirun, pretraining_command
-from tiny import ONE_THREAD, TINY_BERT, checkpoint_values
+from test_training import _config, pretraining_command
+from tiny import ONE_THREAD, TINY_BERT
 
 from bert_tf.data import records
 from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import estimate
-from bert_tf.train import distributed, faults, loop, resume, run_data, run_setup
+from bert_tf.train import distributed, faults, loop, run_data, run_setup
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
-from bert_tf.train.state import INPUT_POSITION
 
 data = test_training.data  # the tiny records and bert_config (a session fixture)
 LONG = 900  # seconds a multi-process run may take on a busy shared machine
@@ -160,33 +159,6 @@ def test_stale_checkpoint_temporaries_are_removed_on_the_next_start(data, tmp_pa
     assert "removed 2 partial file(s) left by an interrupted checkpoint write" in out, out
     assert not partial.exists() and not state_tmp.exists()
     assert foreign.exists()
-
-
-# ------------------------------------------------------------------ resized resume
-
-
-def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
-    """2 ranks x 1 x 8 (mpirun), then 1 rank: x 1 x 4 is refused naming the original
-    layout; x 2 x 8 continues with the input position re-derived."""
-    output_dir = tmp_path / "out"
-    run_command(mpirun(pretraining_command(data, output_dir, num_train_steps=4,
-                                           save_checkpoints_steps=2)),
-                env=ONE_THREAD, timeout=LONG)
-    before = checkpoint_values(output_dir / "model.ckpt-4")
-    assert list(before[resume.RUN_LAYOUT]) == [2, 8, 1]
-    assert before[INPUT_POSITION] == 4
-
-    with pytest.raises(loop.TrainingError, match=r"2 rank\(s\) x 1 micro-batch\(es\) x 8 = 16 "
-                                                 r"sequences per update; this run has 1 "):
-        loop.run(_config(data, output_dir, train_batch_size=4, num_train_steps=6))
-    capsys.readouterr()
-    loop.run(_config(data, output_dir, train_batch_size=8, num_accumulation_steps=2,
-                     num_train_steps=6))
-    out = capsys.readouterr().out
-    assert "input position re-derived to 8 micro-batches per rank" in out, out
-    after = checkpoint_values(output_dir / "model.ckpt-6")
-    assert after[INPUT_POSITION] == 8 + 2 * 2
-    assert list(after[resume.RUN_LAYOUT]) == [1, 8, 2]
 
 
 # ------------------------------------------------------------------ output_dir lock

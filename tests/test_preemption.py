@@ -1,26 +1,31 @@
 """A running job loses a process (issue 19): SIGTERM to one of 2 Horovod ranks or to the
-launcher, SIGKILL of a rank. Real processes and signals; the tiny model and data of
-test_training.py. Every 2-rank run here ends with the weights of one uninterrupted 2-rank
-run (`reference`, made once for the module), dropout included.
+launcher, SIGKILL of a rank; and a 2-rank run resumed on 1 rank. Real processes and signals;
+the tiny model and data of test_training.py. Every 2-rank run here ends with the weights of
+one uninterrupted 2-rank run (`reference`, made once for the module), dropout included, and
+the resized resume starts from that run's checkpoint.
 
 In a file of their own so that pytest-xdist (`--dist loadfile`) can run these multi-process
 tests beside test_faults.py's in-process ones (tests/README.md, "Speed")."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
 import pytest
 import test_training
 from conftest import PYTHON, REPO, run_command
-from test_training import dropout_config, horovodrun, mpirun, pretraining_command
+from test_training import _config, dropout_config, horovodrun, mpirun, pretraining_command
 from tiny import ONE_THREAD, VENV_BIN, checkpoint_values
 
 from bert_tf.model import checkpoints
+from bert_tf.train import loop, resume
+from bert_tf.train.state import INPUT_POSITION
 
 data = test_training.data  # the tiny records and bert_config (a session fixture)
 LONG = 900  # seconds a multi-process run may take on a busy shared machine
@@ -31,15 +36,17 @@ STEPS = 12
 def reference(data, tmp_path_factory):
     """One uninterrupted 2-rank run (mpirun) of STEPS updates, dropout 0.1, one input file
     for both ranks (by-record sharding): the weights every interrupted run must end with.
-    Returns (its flags, its model.ckpt-STEPS values); the flags hold the dropout config, so
-    that a resume must also redraw the same dropout masks."""
+    Returns its flags (with the dropout config, so that a resume must also redraw the same
+    dropout masks), its output directory (read-only: copy it to resume) and the values of
+    its model.ckpt-STEPS."""
     root = tmp_path_factory.mktemp("reference")
     flags = dict(num_train_steps=STEPS, bert_config_file=dropout_config(root))
     proc = run_command(mpirun(pretraining_command(data, root / "out", save_checkpoints_steps=4,
                                                   log_every_n_steps=2, **flags)),
                        env=ONE_THREAD, timeout=LONG)
     assert "sharding by record" in proc.stdout
-    return flags, checkpoint_values(root / "out" / f"model.ckpt-{STEPS}")
+    return SimpleNamespace(flags=flags, output_dir=root / "out",
+                           values=checkpoint_values(root / "out" / f"model.ckpt-{STEPS}"))
 
 
 def _assert_same_weights(prefix, reference_values):
@@ -105,7 +112,7 @@ def test_sigterm_to_one_rank_stops_every_rank_and_the_rerun_resumes_exactly(data
     """2 ranks; SIGTERM reaches only rank 1, between checkpoints. Every rank stops after the
     same update, rank 0 saves, the job exits 0; the same command rerun ends with the weights
     of an uninterrupted run."""
-    flags, reference_values = reference
+    flags, reference_values = reference.flags, reference.values
     victim_dir = tmp_path / "victim"
     command = horovodrun(pretraining_command(data, victim_dir, save_checkpoints_steps=100,
                                              log_every_n_steps=1, **flags))
@@ -126,7 +133,7 @@ def test_killed_rank_stops_the_job_and_rerun_resumes_to_the_same_weights(data, r
     end with an error in bounded time, and the same command rerun must finish with the
     reference's weights and optimizer state (so the resumed run drew the same dropout
     masks)."""
-    flags, reference_values = reference
+    flags, reference_values = reference.flags, reference.values
     victim_dir = tmp_path / "victim"
     command = horovodrun(pretraining_command(data, victim_dir, save_checkpoints_steps=4,
                                              log_every_n_steps=2, **flags))
@@ -157,3 +164,26 @@ def test_sigterm_to_launch_py_reaches_the_training_process_which_saves(data, tmp
                                          lambda launcher: launcher.send_signal(signal.SIGTERM))
     step = _stopped_step(output_dir, returncode, output)
     assert f"stopped at step {step} by SIGTERM" in output, output
+
+
+def test_resume_keeps_the_global_batch_or_is_refused(data, reference, tmp_path, capsys):
+    """The reference (2 ranks x 1 x 8, mpirun) resumed on 1 rank: x 1 x 4 is refused naming
+    the original layout; x 2 x 8 continues with the input position re-derived."""
+    output_dir = tmp_path / "out"
+    shutil.copytree(reference.output_dir, output_dir)
+    before = checkpoint_values(output_dir / f"model.ckpt-{STEPS}")
+    assert list(before[resume.RUN_LAYOUT]) == [2, 8, 1]
+    assert before[INPUT_POSITION] == STEPS
+
+    flags = dict(bert_config_file=reference.flags["bert_config_file"],
+                 num_train_steps=STEPS + 2)
+    with pytest.raises(loop.TrainingError, match=r"2 rank\(s\) x 1 micro-batch\(es\) x 8 = 16 "
+                                                 r"sequences per update; this run has 1 "):
+        loop.run(_config(data, output_dir, train_batch_size=4, **flags))
+    capsys.readouterr()
+    loop.run(_config(data, output_dir, train_batch_size=8, num_accumulation_steps=2, **flags))
+    out = capsys.readouterr().out
+    assert f"input position re-derived to {2 * STEPS} micro-batches per rank" in out, out
+    after = checkpoint_values(output_dir / f"model.ckpt-{STEPS + 2}")
+    assert after[INPUT_POSITION] == 2 * STEPS + 2 * 2
+    assert list(after[resume.RUN_LAYOUT]) == [1, 8, 2]
