@@ -26,6 +26,17 @@ OWN_PREFIX = ".bert_tf"
 OWNER_FILE = ".bert_tf-owner"
 
 
+def check_new_output_dir(directory, flag, holds="files"):
+    """Refuses an output directory that already holds files: the command would replace them
+    (e.g. another run's checkpoint). A missing or empty directory (or one holding only the
+    lock of the run that checks) is fine."""
+    entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
+    if entries:
+        raise OutputDirError(f"--{flag}={directory} is not empty (it holds {_some(entries)}); "
+                             f"writing {holds} there would replace them: choose a new or empty "
+                             "directory")
+
+
 def check_output_dir(directory, flag, command=None, *, new=None, create=False):
     """The one up-front check of a command's output directory, before any computation.
 
@@ -65,17 +76,6 @@ def check_output_dir(directory, flag, command=None, *, new=None, create=False):
             raise OutputDirError(f"--{flag}={directory} cannot be created ({e.strerror}); "
                                  "choose a directory you can write to") from None
     return directory
-
-
-def check_new_output_dir(directory, flag, holds="files"):
-    """Refuses an output directory that already holds files: the command would replace them
-    (e.g. another run's checkpoint). A missing or empty directory (or one holding only the
-    lock of the run that checks) is fine."""
-    entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
-    if entries:
-        raise OutputDirError(f"--{flag}={directory} is not empty (it holds {_some(entries)}); "
-                             f"writing {holds} there would replace them: choose a new or empty "
-                             "directory")
 
 
 def _check_creatable(directory, flag) -> None:
