@@ -11,10 +11,10 @@ PATCH := install/horovod-0.28.1-tf2.21.patch
 
 venv: $(STAMP)
 
-$(STAMP): install/setup_env.sh install/requirements.txt install/requirements-export.txt $(PATCH) setup.py
+$(STAMP): install/setup_env.sh install/horovod_wheel.sh install/requirements.txt install/requirements-export.txt $(PATCH) setup.py
 	bash install/setup_env.sh
 
-$(NGC_STAMP): install/setup_env.sh install/requirements.txt install/requirements-tf2.17.txt $(PATCH) setup.py
+$(NGC_STAMP): install/setup_env.sh install/horovod_wheel.sh install/requirements.txt install/requirements-tf2.17.txt $(PATCH) setup.py
 	bash install/setup_env.sh install/requirements-tf2.17.txt $(NGC_VENV)
 
 # Our code must also run on Python 3.10 (setup.py); no 3.10 interpreter here, so

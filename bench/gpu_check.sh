@@ -83,7 +83,7 @@ else
   BUDGET=3000
 fi
 
-# Horovod from its staged source, patched as install/setup_env.sh does, against the TensorFlow
+# Horovod from its staged source, patched as install/horovod_wheel.sh does, against the TensorFlow
 # installed in $PYTHON: Gloo only (one process here; no MPI headers needed).
 build_horovod() {
   local src

@@ -9,7 +9,7 @@
 #
 # Cached: the image is saved to $BERT_TF_CACHE/images (default ~/.cache/bert_tf) under a hash
 # of its inputs, so a second build is a `podman load` (seconds). The Horovod wheel is the one
-# install/setup_env.sh builds for the TensorFlow of install/requirements-tf2.17.txt (the same
+# install/horovod_wheel.sh builds for the venv of install/requirements-tf2.17.txt (the same
 # Python 3.11 and TensorFlow, hence the same ABI); it is built once with that venv if missing.
 #
 # NGC_STANDIN_PINS (a pins file relative to the repository, default
@@ -35,7 +35,6 @@ TF_VERSION="$(sed -n 's/^tensorflow-cpu==//p' "$PINS")"
 KEY="$(cat "$0" "$PINS" "$PATCH" | sha256sum | cut -c1-12)"
 IMAGE="localhost/bert_tf-ngc-standin:tf$TF_VERSION-$KEY"
 ARCHIVE="$CACHE/images/ngc-standin-tf$TF_VERSION-$KEY.tar"
-WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$(sha256sum "$PATCH" | cut -c1-8)"
 
 log() { echo "build_ngc_standin: $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
@@ -58,13 +57,15 @@ if [[ -f "$ARCHIVE" ]]; then
   echo "$IMAGE"; exit 0
 fi
 
-if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
+if ! WHEEL="$(bash "$REPO/install/horovod_wheel.sh" --cached "$TF_VERSION")"; then
+  # The venv of these pins builds it: setup_env.sh makes the venv if needed (and then the
+  # wheel), horovod_wheel.sh builds the wheel if the venv was ready but the cache emptied.
   log "no cached Horovod wheel for TF $TF_VERSION: building it with install/setup_env.sh"
-  SETUP=("$PINS" .venv-tf2.17)  # the main venv's own pins need no second venv
-  [[ "$PINS" -ef "$REPO/install/requirements.txt" ]] && SETUP=()
+  SETUP=("$PINS" .venv-tf2.17) VENV="$REPO/.venv-tf2.17"  # the main pins: the main venv
+  [[ "$PINS" -ef "$REPO/install/requirements.txt" ]] && SETUP=() VENV="$REPO/.venv"
   bash "$REPO/install/setup_env.sh" "${SETUP[@]}" >&2 || fail "install/setup_env.sh"
+  WHEEL="$(bash "$REPO/install/horovod_wheel.sh" "$VENV")" || fail "install/horovod_wheel.sh"
 fi
-WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl | head -1)"
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT

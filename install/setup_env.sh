@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv/ with TensorFlow, tensorflow-text and a Horovod built from
-# source with TensorFlow, Gloo and MPI. Idempotent: a complete .venv/ is
-# marked by .venv/.bert_tf-installed and the built Horovod wheel is cached in
-# $BERT_TF_CACHE (default ~/.cache/bert_tf), keyed by the TensorFlow version,
-# so a rebuild takes seconds.
+# source with TensorFlow, Gloo and MPI (install/horovod_wheel.sh). Idempotent: a
+# complete .venv/ is marked by .venv/.bert_tf-installed and the built Horovod wheel
+# is cached in $BERT_TF_CACHE (default ~/.cache/bert_tf), keyed by the TensorFlow
+# version, so a rebuild takes seconds.
 #
 # Usage: setup_env.sh [PINS VENV]   e.g. install/requirements-tf2.17.txt .venv-tf2.17
 # PINS replaces the lines of install/requirements.txt naming the same packages
@@ -16,17 +16,13 @@ VENV="$REPO/${2:-.venv}"
 [[ -z "$PINS" || -f "$PINS" ]] || { echo "setup_env: no such file: $1" >&2; exit 1; }
 [[ -z "$PINS" || $# -eq 2 ]] || { echo "usage: setup_env.sh [PINS VENV]" >&2; exit 1; }
 STAMP="$VENV/.bert_tf-installed"
-CACHE="${BERT_TF_CACHE:-$HOME/.cache/bert_tf}"
 HOROVOD_VERSION=0.28.1
 PYTHON="${PYTHON:-python3.11}"
 REQS="$REPO/install/requirements.txt"
-# Applied for every TensorFlow: TF 2.17 still ships the XLA headers the patch is
-# about, but bert_tf never uses the file it leaves out, so both builds are one code.
+# What install/horovod_wheel.sh builds Horovod with.
 PATCH="$REPO/install/horovod-$HOROVOD_VERSION-tf2.21.patch"
 # The stamp records what was installed; a change to either input reinstalls.
-FINGERPRINT="$(cat "$REQS" $PINS "$PATCH" "$0" | sha256sum | cut -c1-16)"
-# The cached wheel depends only on Horovod, the patch and TensorFlow.
-PATCH_HASH="$(sha256sum "$PATCH" | cut -c1-8)"
+FINGERPRINT="$(cat "$REQS" $PINS "$PATCH" "$0" "$REPO/install/horovod_wheel.sh" | sha256sum | cut -c1-16)"
 
 fail() {
   echo "setup_env: FAILED: $1" >&2
@@ -79,8 +75,7 @@ BUILD="$(mktemp -d)"
 DOWNLOAD_PID=""
 trap '[[ -z "$DOWNLOAD_PID" ]] || kill "$DOWNLOAD_PID" 2>/dev/null; rm -rf "$BUILD"' EXIT
 PINNED_TF="$(sed -n 's/^tensorflow-cpu==//p' "$REQS")"
-if ! ls "$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$PINNED_TF-$PATCH_HASH"/horovod-*.whl \
-    >/dev/null 2>&1; then
+if ! bash "$REPO/install/horovod_wheel.sh" --cached "$PINNED_TF" >/dev/null; then
   "${PIP[@]}" download --no-deps --no-binary :all: -d "$BUILD" "horovod==$HOROVOD_VERSION" \
     > "$BUILD/download.log" 2>&1 &
   DOWNLOAD_PID=$!
@@ -94,35 +89,11 @@ if [[ -z "$PINS" ]]; then  # export's formats need TF 2.21's Keras (the file say
 fi
 echo "setup_env: requirements installed (${SECONDS}s)"
 
-TF_VERSION="$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)" \
-  || fail "TensorFlow does not import in $VENV"
-WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PATCH_HASH"
-WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl 2>/dev/null | head -1 || true)"
-if [[ -z "$WHEEL" ]]; then
-  echo "setup_env: building Horovod $HOROVOD_VERSION against TF $TF_VERSION (a few minutes, once)"
-  SDIST="$BUILD/horovod-$HOROVOD_VERSION.tar.gz"
-  if [[ -n "$DOWNLOAD_PID" ]]; then
-    wait "$DOWNLOAD_PID" || cat "$BUILD/download.log" >&2  # then fetched again below
-    DOWNLOAD_PID=""
-  fi
-  [[ -f "$SDIST" ]] || "${PIP[@]}" download --no-deps --no-binary :all: -d "$BUILD" \
-    "horovod==$HOROVOD_VERSION" || fail "download of the horovod==$HOROVOD_VERSION source distribution"
-  tar -xzf "$SDIST" -C "$BUILD"
-  patch -d "$BUILD/horovod-$HOROVOD_VERSION" -p1 < "$PATCH" || fail "applying $PATCH"
-  (
-    cd "$BUILD/horovod-$HOROVOD_VERSION"
-    export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
-      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-      MAKEFLAGS="-j$(nproc)" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)"
-    "${PIP[@]}" wheel --no-build-isolation --no-deps -w "$BUILD/dist" . > "$BUILD/build.log" 2>&1
-  ) || { tail -40 "$BUILD/build.log" >&2; fail "Horovod build (full log was $BUILD/build.log)"; }
-  mkdir -p "$WHEEL_DIR.tmp" && cp "$BUILD"/dist/horovod-*.whl "$WHEEL_DIR.tmp/"
-  rm -rf "$WHEEL_DIR" && mv "$WHEEL_DIR.tmp" "$WHEEL_DIR"
-  WHEEL="$(ls "$WHEEL_DIR"/horovod-*.whl | head -1)"
-  echo "setup_env: Horovod built (${SECONDS}s)"
-else
-  echo "setup_env: reusing cached Horovod wheel $WHEEL"
+if [[ -n "$DOWNLOAD_PID" ]]; then
+  wait "$DOWNLOAD_PID" || cat "$BUILD/download.log" >&2  # then fetched again by horovod_wheel.sh
+  DOWNLOAD_PID=""
 fi
+WHEEL="$(bash "$REPO/install/horovod_wheel.sh" "$VENV" "$BUILD")" || fail "Horovod wheel"
 # --force-reinstall: the version number does not change when TF does.
 "${PIP[@]}" install --no-deps --force-reinstall "$WHEEL" || fail "installing $WHEEL"
 # Real pretrained BERT weights (all-MiniLM-L6-v2) and Google's uncased vocab, for the model

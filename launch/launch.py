@@ -43,6 +43,9 @@ from launchers.horovodrun import horovodrun_command  # noqa: E402
 from launchers.mpirun import mpirun_command  # noqa: E402
 from launchers.slurm import check_sbatch_values, sbatch_script  # noqa: E402
 
+from bert_tf.data.files import OutputDirError  # noqa: E402
+from bert_tf.data.output_dir import check_output_dir  # noqa: E402
+
 LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker")
 
 
@@ -243,6 +246,11 @@ def launch(config: LaunchConfig) -> int:
               "has it (source .venv/bin/activate) or use --dry_run", file=sys.stderr)
         return 2
     if script is not None:
+        try:
+            check_output_dir(os.path.dirname(os.path.abspath(command[1])), "sbatch_script")
+        except OutputDirError as e:
+            print(f"launch: error: {e} (the directory of {command[1]})", file=sys.stderr)
+            return 2
         with open(command[1], "w", encoding="utf-8") as f:
             f.write(script)
     print(shlex.join(command), flush=True)

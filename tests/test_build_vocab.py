@@ -1,6 +1,7 @@
 """build_vocab: a WordPiece vocab for a new language (Japanese) and Google's special layout."""
 
 import bz2
+import dataclasses
 import gzip
 import subprocess
 import sys
@@ -90,3 +91,8 @@ def test_a_vocab_file_matched_by_the_input_glob_is_not_learned_from(shared_data,
     assert run(config) == 0
     assert not any(token.startswith("zzq") for token in
                    (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n"))
+    # An unwritable --vocab_file was found only after the learning.
+    unwritable = dataclasses.replace(config, vocab_file="/sys/kernel/bert_tf/vocab.txt")
+    with pytest.raises(BuildVocabError, match="--vocab_file=/sys/kernel/bert_tf is not writable "
+                                              r"\(/sys/kernel: .*\(the directory of "):
+        run(unwritable)

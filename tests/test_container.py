@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import tiny
 from conftest import PYTHON, REPO, run_command
-from test_faults import _signal_mid_run, _stopped_step
 from test_finetuning import command as finetuning_command
 from test_finetuning import finetuning_config, write_conllu
+from test_preemption import _metrics_logged, _signal_mid_run, _stopped_step
 from test_training import pretraining_command
 from tiny import ONE_THREAD, checkpoint_values
 
@@ -70,7 +70,7 @@ def container(image, mounts, *command):
 
 
 def pretraining_launch(image, mounts, output_dir):
-    """launch.py --launcher=docker of a 12-step tiny run on 2 ranks (test_faults' settings)."""
+    """launch.py --launcher=docker of a 12-step tiny run on 2 ranks (test_preemption's settings)."""
     flags = pretraining_command(
         SimpleNamespace(config="/data/bert_config.json", train="/data/train.tfrecord"),
         f"/results/{output_dir}", num_train_steps=12, save_checkpoints_steps=100,
@@ -121,7 +121,7 @@ def test_stopped_and_resumed_pretraining_ends_as_an_uninterrupted_one(image, mou
                                                                       reference):
     stopped = mounts.results / "stopped"
     command = pretraining_launch(image, mounts, "stopped")
-    returncode, output = _signal_mid_run(command, stopped,
+    returncode, output = _signal_mid_run(command, _metrics_logged(stopped),
                                          lambda launcher: launcher.send_signal(signal.SIGTERM))
     step = _stopped_step(stopped, returncode, output)
     assert f"stopped at step {step} by SIGTERM" in output, output

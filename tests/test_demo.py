@@ -82,6 +82,11 @@ def test_output_dir_is_replaced_only_when_an_earlier_demo_made_it(tmp_path, caps
             "demo replaces the whole directory" in capsys.readouterr().err)
     assert (work / "model.ckpt").read_text() == "weeks of training"
     assert not cache.exists()
+    # An unwritable --cache_dir was an OSError traceback (PermissionError).
+    assert demo.run(demo.DemoConfig(output_dir=str(tmp_path / "new"),
+                                    cache_dir="/sys/kernel/bert_tf_demo")) == 1
+    assert ("--cache_dir=/sys/kernel/bert_tf_demo is not writable (/sys/kernel: "
+            in capsys.readouterr().err)
     from bert_tf.data.output_dir import check_output_dir, mark_as_owned
 
     mark_as_owned(work, "demo")  # what a demo run does to the directory it makes

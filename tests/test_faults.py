@@ -1,7 +1,8 @@
 """Faults of a single training run (issue 19): a stop signal, a corrupt checkpoint, a truncated
-TFRecord, stale checkpoint temporaries, a resized resume, two runs in one --output_dir, and
-smaller bad inputs. Real processes, signals, Horovod ranks and files cut on disk; the tiny
-model and data of test_training.py."""
+TFRecord, stale checkpoint temporaries, two runs in one --output_dir, and smaller bad inputs.
+Real processes, signals and files cut on disk; the tiny model and data of test_training.py.
+A signal or kill to a running multi-process job, and a 2-rank run resumed on 1 rank:
+test_preemption.py."""
 
 import dataclasses
 import json
@@ -12,25 +13,21 @@ import signal
 import socket
 import stat
 import subprocess
-import time
 
-import numpy as np
-import psutil
 import pytest
 import test_training
-from conftest import PYTHON, REPO, run_command
-from test_training import _config, horovodrun, mpirun, pretraining_command
-from tiny import ONE_THREAD, TINY_BERT, VENV_BIN, checkpoint_values
+from conftest import PYTHON, run_command
+from test_training import _config, pretraining_command
+from tiny import ONE_THREAD, TINY_BERT
 
 from bert_tf.data import records
 from bert_tf.data.files import InputDataError
 from bert_tf.model import checkpoints
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import estimate
-from bert_tf.train import distributed, faults, loop, resume, run_data, run_setup
+from bert_tf.train import distributed, faults, loop, run_data, run_setup
 from bert_tf.train.config import PretrainingConfigError
 from bert_tf.train.report import OutputDirError
-from bert_tf.train.state import INPUT_POSITION
 
 data = test_training.data  # the tiny records and bert_config (a session fixture)
 LONG = 900  # seconds a multi-process run may take on a busy shared machine
@@ -41,93 +38,8 @@ def _truncate(path, size):
         f.truncate(size)
 
 
-def _rank_processes(launcher: psutil.Process) -> dict:
-    ranks = {}
-    for proc in launcher.children(recursive=True):
-        try:
-            if "run_pretraining.py" in " ".join(proc.cmdline()):
-                ranks[proc.environ().get("HOROVOD_RANK")] = proc
-        except psutil.NoSuchProcess:
-            continue
-    return ranks
-
-
 # ------------------------------------------------------------------------- preemption
-
-
-def _signal_mid_run(command, output_dir, send) -> tuple[int, str]:
-    """Starts `command`, calls send(launcher process) once 2 metrics lines are logged (before
-    any checkpoint), and returns its exit status and output; fails if it runs on 120 s."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **ONE_THREAD,
-           "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.Popen([str(a) for a in command], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    metrics = output_dir / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + LONG
-        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, f"no metrics within {LONG} s"
-            time.sleep(0.05)
-        send(psutil.Process(proc.pid))
-        try:
-            output, _ = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the job was still running 120 s after the signal")
-    finally:
-        if proc.poll() is None:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
-    return proc.returncode, output
-
-
-def _stopped_step(output_dir, returncode, output) -> int:
-    """The step of the checkpoint a stopped run saved; checks it stopped cleanly, early."""
-    assert returncode == 0, output
-    stopped_at = checkpoints.latest_checkpoint(output_dir)
-    assert stopped_at is not None and not stopped_at.endswith("-12"), output
-    assert json.loads((output_dir / "train_summary.json").read_text())["stopped_by"], output
-    return int(stopped_at.rsplit("-", 1)[1])
-
-
-def test_sigterm_to_one_rank_stops_every_rank_and_the_rerun_resumes_exactly(data, tmp_path):
-    """2 ranks; SIGTERM reaches only rank 1, between checkpoints. Every rank stops after the
-    same update, rank 0 saves, the job exits 0; the same command rerun ends with the weights
-    of an uninterrupted run."""
-    flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
-    reference_dir = tmp_path / "reference"
-    run_command(mpirun(pretraining_command(data, reference_dir, **flags)), env=ONE_THREAD,
-                timeout=LONG)
-    reference = checkpoint_values(reference_dir / "model.ckpt-12")
-
-    victim_dir = tmp_path / "victim"
-    command = horovodrun(pretraining_command(data, victim_dir, **flags))
-    returncode, output = _signal_mid_run(
-        command, victim_dir,
-        lambda launcher: _rank_processes(launcher)["1"].send_signal(signal.SIGTERM))
-    step = _stopped_step(victim_dir, returncode, output)
-    assert f"stopped at step {step} by a signal to another rank" in output, output
-
-    proc = run_command(command, env=ONE_THREAD, timeout=LONG)
-    assert f"resumed from {victim_dir}/model.ckpt-{step}" in proc.stdout
-    resumed = checkpoint_values(victim_dir / "model.ckpt-12")
-    for name, value in reference.items():
-        np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
-
-
-def test_sigterm_to_launch_py_reaches_the_training_process_which_saves(data, tmp_path):
-    """What a scheduler signals is the launcher; horovodrun itself would kill its workers 5 s
-    after a SIGTERM and exit 1. launch.py passes it on: the run saves and all exit 0."""
-    output_dir = tmp_path / "out"
-    flags = dict(num_train_steps=12, save_checkpoints_steps=100, log_every_n_steps=1)
-    command = [PYTHON, REPO / "launch" / "launch.py", "--launcher=horovodrun", "--num_gpus=1",
-               "--controller=gloo", f"--python={PYTHON}",
-               *pretraining_command(data, output_dir, **flags)[2:]]
-    returncode, output = _signal_mid_run(command, output_dir,
-                                         lambda launcher: launcher.send_signal(signal.SIGTERM))
-    step = _stopped_step(output_dir, returncode, output)
-    assert f"stopped at step {step} by SIGTERM" in output, output
+# (the multi-process cases are in test_preemption.py)
 
 
 def test_stop_signals_record_the_first_and_exit_on_the_second():
@@ -247,33 +159,6 @@ def test_stale_checkpoint_temporaries_are_removed_on_the_next_start(data, tmp_pa
     assert "removed 2 partial file(s) left by an interrupted checkpoint write" in out, out
     assert not partial.exists() and not state_tmp.exists()
     assert foreign.exists()
-
-
-# ------------------------------------------------------------------ resized resume
-
-
-def test_resume_keeps_the_global_batch_or_is_refused(data, tmp_path, capsys):
-    """2 ranks x 1 x 8 (mpirun), then 1 rank: x 1 x 4 is refused naming the original
-    layout; x 2 x 8 continues with the input position re-derived."""
-    output_dir = tmp_path / "out"
-    run_command(mpirun(pretraining_command(data, output_dir, num_train_steps=4,
-                                           save_checkpoints_steps=2)),
-                env=ONE_THREAD, timeout=LONG)
-    before = checkpoint_values(output_dir / "model.ckpt-4")
-    assert list(before[resume.RUN_LAYOUT]) == [2, 8, 1]
-    assert before[INPUT_POSITION] == 4
-
-    with pytest.raises(loop.TrainingError, match=r"2 rank\(s\) x 1 micro-batch\(es\) x 8 = 16 "
-                                                 r"sequences per update; this run has 1 "):
-        loop.run(_config(data, output_dir, train_batch_size=4, num_train_steps=6))
-    capsys.readouterr()
-    loop.run(_config(data, output_dir, train_batch_size=8, num_accumulation_steps=2,
-                     num_train_steps=6))
-    out = capsys.readouterr().out
-    assert "input position re-derived to 8 micro-batches per rank" in out, out
-    after = checkpoint_values(output_dir / "model.ckpt-6")
-    assert after[INPUT_POSITION] == 8 + 2 * 2
-    assert list(after[resume.RUN_LAYOUT]) == [1, 8, 2]
 
 
 # ------------------------------------------------------------------ output_dir lock

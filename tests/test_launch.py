@@ -351,3 +351,12 @@ def test_slurm_keeps_an_existing_script_when_sbatch_is_missing(capsys, monkeypat
                                              training_flags=BARE))
     assert code == 2 and "sbatch not found on PATH" in capsys.readouterr().err
     assert script.read_text() == "my own job\n"
+    # A --sbatch_script that cannot be written was an OSError traceback once sbatch was found.
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text("#!/bin/sh\necho submitted > \"$0.ran\"\n")
+    sbatch.chmod(0o755)
+    code = launch.launch(launch.LaunchConfig(launcher="slurm", training_flags=BARE,
+                                             sbatch_script="/sys/kernel/bert_tf/p1.sbatch"))
+    assert code == 2 and ("--sbatch_script=/sys/kernel/bert_tf is not writable (/sys/kernel: "
+                          in capsys.readouterr().err)
+    assert not (tmp_path / "sbatch.ran").exists()

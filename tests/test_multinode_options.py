@@ -9,7 +9,14 @@ import subprocess
 from conftest import PYTHON, REPO, run_command
 
 from bert_tf.tools.doctor_check import FAIL, OK, WARN
-from bert_tf.tools.doctor_hosts import check_interface, check_versions, parse_hosts, rank_mapping
+from bert_tf.tools.doctor_hosts import (
+    HostSettings,
+    check_interface,
+    check_versions,
+    host_checks,
+    parse_hosts,
+    rank_mapping,
+)
 
 LAUNCH = REPO / "launch" / "launch.py"
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "UCX_", "TF_", "XLA_", "OMP_", "KMP_", "CUDA_",
@@ -88,3 +95,16 @@ def test_doctor_interface_checks():
     several = check_interface({"n1": node(interfaces=both), "n2": node(interfaces=both)},
                                      None)
     assert several.status == WARN and "eth0, ib0" in several.message
+
+
+def test_doctor_names_an_unwritable_output_dir(tmp_path):
+    """Issue 37: an --output_dir the doctor could not create was an OSError traceback; now it
+    is the output-directory check every command uses, as a FAIL (before any ssh)."""
+    (tmp_path / "a_file").write_text("")
+    checks = host_checks(HostSettings(hosts=[], python=PYTHON,
+                                      output_dir=str(tmp_path / "a_file" / "run")))
+    assert [(c.status, c.name) for c in checks] == [(FAIL, "shared --output_dir")]
+    assert f"--output_dir={tmp_path}/a_file/run is not writable" in checks[0].message
+    created = tmp_path / "new" / "run"
+    assert host_checks(HostSettings(hosts=[], python=PYTHON, output_dir=str(created))) == []
+    assert created.is_dir() and not os.listdir(created)  # the marker is removed again

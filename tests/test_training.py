@@ -1,5 +1,5 @@
 """Pretraining: equivalence of rank/accumulation layouts under real Horovod,
-fp16 overflow skipping, kill-and-resume, learning, and bad input.
+fp16 overflow skipping, learning, and bad input (kill-and-resume: test_preemption.py).
 
 Data: TFRecords made by create_pretraining_data.py from a slice of the
 Gutenberg corpus (session fixture). Model: L2 H64 A2 I128, no dropout (so
@@ -9,13 +9,9 @@ layouts are comparable) except where dropout masks are the point.
 import collections
 import json
 import os
-import signal
-import subprocess
-import time
 from types import SimpleNamespace
 
 import numpy as np
-import psutil
 import pytest
 import tensorflow as tf
 import tiny
@@ -38,7 +34,7 @@ PROCESS_RUN = dict(train_batch_size=8, num_train_steps=40, num_warmup_steps=4, l
 @pytest.fixture(scope="session")
 def data(tmp_path_factory, shared_data):
     """Train/eval TFRecords from Emma (disjoint parts) and a tiny bert_config: made once per
-    run, however many modules import this fixture (test_faults.py does)."""
+    run, however many modules import this fixture (test_faults.py, test_preemption.py do)."""
     return tiny.pretraining_data(tmp_path_factory, shared_data)
 
 
@@ -142,70 +138,6 @@ def test_hung_rank_makes_the_job_fail_instead_of_hanging(two_rank_worker):
     assert "no training progress for" in output, output
     # Rank 1 prints this if it wakes from its 120 s sleep: nobody ended the job.
     assert "was not stopped" not in output, output
-
-
-# ------------------------------------------------------- kill, dead rank, resume
-
-
-def _kill_rank(launcher: psutil.Process, rank: str) -> None:
-    for proc in launcher.children(recursive=True):
-        try:
-            if "run_pretraining.py" in " ".join(proc.cmdline()) and \
-                    proc.environ().get("HOROVOD_RANK") == rank:
-                proc.send_signal(signal.SIGKILL)
-                return
-        except psutil.NoSuchProcess:
-            continue
-    raise AssertionError(f"no rank {rank} process found under the launcher")
-
-
-def test_killed_rank_stops_the_job_and_rerun_resumes_to_the_same_weights(data, tmp_path):
-    """One input file for two ranks (by-record sharding), dropout 0.1. Reference
-    under mpirun; the victim under horovodrun loses rank 1 to SIGKILL after its
-    first checkpoint, must end with an error in bounded time, and the same command
-    rerun must finish with the reference's weights and optimizer state (so the
-    resumed run drew the same dropout masks)."""
-    reference_dir, victim_dir = tmp_path / "reference", tmp_path / "victim"
-    flags = dict(num_train_steps=12, save_checkpoints_steps=4, log_every_n_steps=2,
-                 bert_config_file=dropout_config(tmp_path))
-    proc = run_command(mpirun(pretraining_command(data, reference_dir, **flags)),
-                       env=ONE_THREAD, timeout=400)
-    assert "sharding by record" in proc.stdout
-    reference = checkpoint_values(reference_dir / "model.ckpt-12")
-
-    command = horovodrun(pretraining_command(data, victim_dir, **flags))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **ONE_THREAD}
-    victim = subprocess.Popen([str(a) for a in command], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while checkpoints.latest_checkpoint(victim_dir) is None:
-            assert victim.poll() is None, victim.stdout.read()
-            assert time.monotonic() < deadline, "no checkpoint within 300 s"
-            time.sleep(0.05)
-        _kill_rank(psutil.Process(victim.pid), "1")
-        try:
-            output, _ = victim.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the job was still running 120 s after rank 1 died")
-    finally:
-        if victim.poll() is None:
-            for child in psutil.Process(victim.pid).children(recursive=True):
-                child.kill()
-            victim.kill()
-    assert victim.returncode != 0, output
-    interrupted_at = checkpoints.latest_checkpoint(victim_dir)
-    assert not interrupted_at.endswith("-12"), "the victim finished before the kill"
-
-    proc = run_command(command, env=ONE_THREAD, timeout=400)
-    assert f"resumed from {interrupted_at}" in proc.stdout
-    steps = [json.loads(line)["step"]
-             for line in (victim_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(2, 13, 2))  # lines logged after the last checkpoint are dropped
-    resumed = checkpoint_values(victim_dir / "model.ckpt-12")
-    assert resumed.keys() == reference.keys()
-    for name, value in reference.items():
-        np.testing.assert_allclose(resumed[name], value, atol=1e-5, rtol=1e-5, err_msg=name)
 
 
 # -------------------------------------------------------------- dynamic masking

@@ -36,9 +36,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import bert_tf
 from bert_tf.data import tokenizer_spec, word_splitters
-from bert_tf.data.files import InputDataError, expand_patterns, read_text
+from bert_tf.data.files import InputDataError, OutputDirError, expand_patterns, read_text
 from bert_tf.data.normalization import MAX_CHARS_PER_WORD, Normalizer
 from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import check_output_dir
 from bert_tf.data.tokenization import google_spec
 
 LINES_PER_BATCH = 8192
@@ -362,6 +363,10 @@ def run(config: BuildVocabConfig) -> int:
     """Learns the vocab and writes it with its tokenizer spec; BuildVocabError on bad input."""
     spec = config.spec()
     files = input_files(config.input_files, config.vocab_file)
+    try:  # before the learning, which can take hours
+        check_output_dir(os.path.dirname(os.path.abspath(config.vocab_file)), "vocab_file")
+    except OutputDirError as e:
+        raise BuildVocabError(f"{e} (the directory of {config.vocab_file})") from None
     if spec.subword_tokenizer_type == "sentencepiece":
         vocab, model = train_sentencepiece(files, config.vocab_size, spec,
                                            config.num_unused_tokens)

@@ -41,8 +41,9 @@ from bert_tf.data import (
     wikipedia,
     workers,
 )
-from bert_tf.data.files import InputDataError, OutputDirError, check_writable, expand_patterns
+from bert_tf.data.files import InputDataError, OutputDirError, expand_patterns
 from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import check_output_dir
 
 
 class DatasetError(ValueError):
@@ -164,7 +165,7 @@ def validate(config):
     # Fail early on a bad vocab, or flags or a dictionary that contradict its spec.
     spec = resolve_spec(config.vocab_file, config.do_lower_case, config.allow_dictionary_mismatch)
     try:
-        check_writable(config.output_dir, "output_dir")
+        check_output_dir(config.output_dir, "output_dir", create=True)
     except OutputDirError as e:
         raise DatasetError(str(e)) from e
     return input_files, spec

@@ -6,7 +6,6 @@ import glob
 import gzip
 import lzma
 import os
-import tempfile
 import zlib
 
 
@@ -39,25 +38,7 @@ def expand_patterns(input_patterns):
 
 
 class OutputDirError(RuntimeError):
-    """An output directory cannot be created or written."""
-
-
-def check_writable(directory, flag):
-    """Creates `directory` if needed and proves a file can be written there; the error names
-    --flag (the one rule for every command that writes output)."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        prove_writable(directory)
-    except OSError as e:
-        raise OutputDirError(f"--{flag}={directory} is not writable ({e.strerror}); choose a "
-                             "directory you can write to") from None
-
-
-def prove_writable(directory) -> None:
-    """Makes and removes a file in `directory`; OSError if that cannot be done (permissions
-    say too little: root passes them, a read-only mount does not)."""
-    with tempfile.NamedTemporaryFile(dir=directory, prefix=".bert_tf-write-test-"):
-        pass
+    """An output directory cannot be created or written (checked by output_dir.py)."""
 
 
 # Compressed inputs are read transparently, by file name (what the corpora users download are).

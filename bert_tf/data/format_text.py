@@ -27,12 +27,11 @@ import bert_tf
 from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
-    check_writable,
     expand_patterns,
     read_text,
 )
 from bert_tf.data.numeric_flags import check_number
-from bert_tf.data.output_dir import OutputDirLock, replace_files_in
+from bert_tf.data.output_dir import OutputDirLock, check_output_dir, replace_files_in
 
 # The output shards' names: part-00000-of-00003.txt ... (and their .tmp names before issue 37)
 _SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.txt")
@@ -133,7 +132,7 @@ def format_files(input_files, output_dir, num_shards=1, input_format="paragraphs
     removed, and a second run into the same directory at the same time is refused."""
     check_number("num_shards", num_shards, at_least=1, integer=True, error=FormatTextError)
     try:
-        check_writable(output_dir, "output_dir")
+        check_output_dir(output_dir, "output_dir", create=True)
         with OutputDirLock(output_dir), replace_files_in(output_dir, _SHARD_GLOBS) as staging:
             return _write_shards(input_files, staging, num_shards, input_format,
                                  max_document_chars, min_document_chars)

@@ -1,7 +1,9 @@
-"""What every command checks of the directory it writes, before any work: a directory (not a
-file), writable (on a read-only mount too), not another job's when the command replaces all of
-it, and not in use by a second run at the same time; and how a command replaces its earlier
-output there without leaving a partial or stale one, or touching other files.
+"""The one place that says what a command may do with the directory it writes, checked before
+any work: a directory (not a file), writable (on a read-only mount too), empty when the command
+would replace what is there, not another job's when it replaces all of it, and not in use by a
+second run at the same time; and how a command replaces its earlier output there without
+leaving a partial or stale one, or touching other files (staged inside the directory, so that
+every move is a rename on one file system, a mount point included).
 
     check_output_dir(config.output_dir, "output_dir")   # before any computation
     with OutputDirLock(config.output_dir), replace_files_in(config.output_dir,
@@ -16,7 +18,7 @@ import shutil
 import socket
 import tempfile
 
-from bert_tf.data.files import OutputDirError, prove_writable
+from bert_tf.data.files import OutputDirError
 
 LOCK_FILE = ".bert_tf.lock"
 # Names this package keeps in an output directory: the lock, the owner mark, staging dirs.
@@ -35,9 +37,8 @@ def check_new_output_dir(directory, flag, holds="files"):
                              "directory")
 
 
-def check_output_dir(directory, flag, command=None):
-    """The one up-front check of a command's output directory (it creates nothing: a run
-    refused later leaves no empty directory behind).
+def check_output_dir(directory, flag, command=None, *, new=None, create=False):
+    """The one up-front check of a command's output directory, before any computation.
 
     Args:
       directory: the directory the command writes.
@@ -46,21 +47,34 @@ def check_output_dir(directory, flag, command=None):
         must be missing, empty, or marked by `mark_as_owned(directory, command)` in an
         earlier run. Without it, the command replaces only its own files (replace_files_in)
         and leaves others there.
+      new: what the command writes there (e.g. "the converted model"), for a command that
+        must not mix its files with others': the directory must be missing or empty
+        (check_new_output_dir).
+      create: make the directory (for a command that writes or locks it directly). Without
+        it nothing is created: a run refused later leaves no empty directory behind.
 
     Returns:
       The absolute path of the directory.
 
     Raises:
-      OutputDirError: it is a file, holds files `command` did not make (another job's work,
-        which would be lost), or cannot be created or written.
+      OutputDirError: it is a file, holds files it must not (another job's work, which would
+        be lost or mixed in), or cannot be created or written.
     """
     directory = os.path.abspath(directory)
+    if new is not None:
+        check_new_output_dir(directory, flag, new)
     entries = [e for e in _entries(directory, flag) if not e.startswith(OWN_PREFIX)]
     if command is not None and entries and _owner(directory) != command:
         raise OutputDirError(f"--{flag}={directory} holds files not made by an earlier "
                              f"{command} run ({_some(entries)}); {command} replaces the whole "
                              "directory: choose a new or empty one")
     _check_creatable(directory, flag)
+    if create:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise OutputDirError(f"--{flag}={directory} cannot be created ({e.strerror}); "
+                                 "choose a directory you can write to") from None
     return directory
 
 
@@ -74,7 +88,9 @@ def _check_creatable(directory, flag) -> None:
         raise OutputDirError(f"--{flag}={directory} is not writable ({existing} is a file); "
                              "choose a directory you can write to")
     try:
-        prove_writable(existing)
+        # Permissions say too little: root passes them, a read-only mount does not.
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=f"{OWN_PREFIX}-write-test-"):
+            pass
     except OSError as e:
         raise OutputDirError(f"--{flag}={directory} is not writable ({existing}: {e.strerror})"
                              "; choose a directory you can write to") from None

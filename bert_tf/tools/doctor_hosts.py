@@ -11,6 +11,8 @@ import shlex
 import subprocess
 import sys
 
+from bert_tf.data.files import OutputDirError
+from bert_tf.data.output_dir import check_output_dir
 from bert_tf.tools.doctor_check import FAIL, OK, WARN, Check
 
 DOCTOR_MARKER = ".bert_tf-doctor-shared-check"
@@ -160,13 +162,18 @@ def check_shared_dir(probes: dict, output_dir) -> Check:
 
 def host_checks(h: HostSettings) -> list[Check]:
     """ssh to every node, then compare what they have."""
+    checks, probes = [], {}
     marker = token = None
     if h.output_dir:
-        os.makedirs(h.output_dir, exist_ok=True)
-        marker, token = os.path.join(h.output_dir, DOCTOR_MARKER), os.urandom(8).hex()
-        with open(marker, "w") as f:
-            f.write(token)
-    checks, probes = [], {}
+        try:
+            check_output_dir(h.output_dir, "output_dir", create=True)
+            marker, token = os.path.join(h.output_dir, DOCTOR_MARKER), os.urandom(8).hex()
+            with open(marker, "w") as f:
+                f.write(token)
+        except OutputDirError as e:
+            checks.append(Check(FAIL, "shared --output_dir", str(e),
+                                "use a directory every node mounts at the same path (NFS, "
+                                "Lustre, ...) and can write"))
     try:
         for host, _ in h.hosts:
             try:
@@ -183,7 +190,7 @@ def host_checks(h: HostSettings) -> list[Check]:
             os.remove(marker)
     if probes:
         checks += [check_versions(probes), check_interface(probes, h.network_interface)]
-        if h.output_dir:
+        if marker:
             checks.append(check_shared_dir(probes, h.output_dir))
     return checks
 

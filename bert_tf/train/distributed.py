@@ -91,7 +91,7 @@ def check_shared_output_dir(output_dir: str) -> None:
     """Rank 0 writes a marker with a fresh token to `output_dir`; every rank checks it reads
     that token. Raises OutputDirNotSharedError on every rank, naming the hosts that do not
     see it, so a run on node-local disks fails at its start, not at a later resume. The
-    output directory must already exist on rank 0 (its Reporter made it)."""
+    output directory must already exist on rank 0 (faults.claimed_output_dir made it)."""
     if hvd.size() == 1:
         return
     marker = os.path.join(output_dir, SHARED_MARKER)

@@ -3,7 +3,8 @@ that stop it with a `TrainingError` saying why and what to do.
 
 `StopSignals` turns SIGTERM/SIGINT (a scheduler's or spot instance's notice, Ctrl-C) into a
 request the loop reads once per update, so the update in flight finishes and a checkpoint is
-written. `claimed_output_dir` creates the directory, holds its lock
+written. `claimed_output_dir` checks and creates the directory
+(bert_tf.data.output_dir.check_output_dir), holds its lock
 (bert_tf.data.output_dir.OutputDirLock) and removes the directory again if a failed run created
 it and left it empty. `check_nonfinite`, `guarded_update` and `peer_loss_explained` turn too many
 non-finite updates in a row, an unreadable record or a token id outside the embedding table, and
@@ -18,11 +19,15 @@ import tensorflow as tf
 
 from bert_tf.data import records
 from bert_tf.data.files import expand_patterns
-from bert_tf.data.output_dir import LOCK_FILE, OutputDirLock  # noqa: F401 (re-exported)
+from bert_tf.data.output_dir import (
+    LOCK_FILE,  # noqa: F401 (re-exported)
+    OutputDirLock,
+    check_output_dir,
+)
 from bert_tf.model import checkpoints
 from bert_tf.train import distributed
 from bert_tf.train.config import PretrainingConfig
-from bert_tf.train.report import Reporter, check_writable
+from bert_tf.train.report import Reporter
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -64,7 +69,7 @@ def claimed_output_dir(directory: str, enabled: bool):
         yield []
         return
     existed = os.path.isdir(directory)
-    check_writable(directory, "output_dir")
+    check_output_dir(directory, "output_dir", create=True)
     try:
         with OutputDirLock(directory) as lock:
             yield lock.notes

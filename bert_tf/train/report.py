@@ -13,7 +13,7 @@ import time
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from bert_tf.data.files import OutputDirError, check_writable  # noqa: F401 (re-exported)
+from bert_tf.data.files import OutputDirError
 
 # TensorBoard shows a summary as a scalar plot by this metadata (what tf.summary.scalar
 # writes; that one needs the tensorboard package, which tensorflow-cpu does not install).
@@ -32,15 +32,14 @@ def write_json(path: str, payload: dict) -> None:
 
 
 class Reporter:
-    """Rank 0's output for one run in `output_dir`; on other ranks every method does nothing."""
+    """Rank 0's output for one run in `output_dir` (checked and made by
+    faults.claimed_output_dir); on other ranks every method does nothing."""
 
     def __init__(self, output_dir: str, enabled: bool):
         self.output_dir = output_dir
         self.enabled = enabled
         self._metrics_file = None
         self._writer = None
-        if enabled:
-            check_writable(output_dir, "output_dir")
 
     def __enter__(self):
         return self
