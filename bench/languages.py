@@ -89,6 +89,8 @@ def parse_args():
                         help="pretraining and fine-tuning sequence length (word pieces)")
     parser.add_argument("--tokenizers", default="mecab,today,sentencepiece",
                         help="pretrain these (random init comes with mecab)")
+    parser.add_argument("--finetuning_epochs", type=float, default=0,
+                        help="NER epochs for every language (default: EPOCHS, about 250 updates)")
     parser.add_argument("--parallel_finetuning", type=int, default=1)
     parser.add_argument("--work_dir", default="")
     args = parser.parse_args()
@@ -202,7 +204,8 @@ def finetune(lang, init, fold, seed, model, checkpoint, args) -> dict:
     if not result.exists():
         cmd = [sys.executable, "run_finetuning.py", *FINETUNING_FLAGS,
                f"--max_seq_length={args.max_seq_length}",
-               f"--num_train_epochs={EPOCHS[lang]}", f"--data_dir={work / 'folds' / f'fold{fold}'}",
+               f"--num_train_epochs={args.finetuning_epochs or EPOCHS[lang]}",
+               f"--data_dir={work / 'folds' / f'fold{fold}'}",
                f"--bert_config_file={model['config']}", f"--vocab_file={model['vocab']}",
                f"--init_checkpoint={checkpoint}",
                f"--output_dir={out}", f"--seed={seed}"]
