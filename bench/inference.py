@@ -41,6 +41,7 @@ SEQ, THREADS, BATCHES = 128, 2, (1, 32)
 HF_PYTHON = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache/bert_tf/bench-venvs")
                  ) / "hf" / "bin" / "python"
 ROWS = ("bert_tf predict", "savedmodel", "savedmodel xla", "onnxruntime", "hf pipeline")
+REFERENCE = "hf pipeline"  # the other rows' ratios are to it, round by round
 
 
 def passages(count=64, words=150) -> list[str]:
@@ -185,8 +186,8 @@ class Worker:
 
 
 def summarise(batch_size: int, rounds: list[dict]) -> dict:
-    """Sequences/s per round (median, min, max), single-call latency percentiles and CPU
-    milliseconds per sequence (median over rounds)."""
+    """Sequences/s (median, min, max, and each round's), single-call latency percentiles and
+    CPU milliseconds per sequence (median, and each round's)."""
     rates = [batch_size * len(r["latencies"]) / sum(r["latencies"]) for r in rounds]
     cpu = [1000 * r["cpu_s"] / (batch_size * len(r["latencies"])) for r in rounds]
     pooled = sorted(x for r in rounds for x in r["latencies"])
@@ -195,7 +196,24 @@ def summarise(batch_size: int, rounds: list[dict]) -> dict:
         return pooled[min(len(pooled) - 1, round(q * (len(pooled) - 1)))]
     return {"sequences_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
             "p50_ms": 1000 * percentile(0.5), "p99_ms": 1000 * percentile(0.99),
-            "cpu_ms_per_sequence": statistics.median(cpu), "calls": len(pooled)}
+            "cpu_ms_per_sequence": statistics.median(cpu), "calls": len(pooled),
+            "round_rates": rates, "round_cpu_ms": cpu}
+
+
+def against(results: list[dict], reference: str) -> list[list]:
+    """Each row against `reference` in the same rounds: the median and range over rounds of
+    its sequences/s over the reference's, and of the reference's CPU per sequence over its
+    (both > 1 where the row is the faster)."""
+    by_key = {(r["row"], r["batch_size"]): r for r in results}
+    table = []
+    for r in results:
+        ref = by_key[reference, r["batch_size"]]
+        speed = [a / b for a, b in zip(r["round_rates"], ref["round_rates"], strict=True)]
+        cpu = [b / a for a, b in zip(r["round_cpu_ms"], ref["round_cpu_ms"], strict=True)]
+        table.append([r["row"], r["batch_size"], statistics.median(speed),
+                      f"{min(speed):.2f}-{max(speed):.2f}", statistics.median(cpu),
+                      f"{min(cpu):.2f}-{max(cpu):.2f}"])
+    return table
 
 
 def main() -> None:
@@ -240,6 +258,10 @@ def report(rows, timings, exports, args) -> None:
          "CPU ms/sequence", "calls"],
         [[r["row"], r["batch_size"], r["sequences_per_s"], f"{r['min']:.3g}-{r['max']:.3g}",
           r["p50_ms"], r["p99_ms"], r["cpu_ms_per_sequence"], r["calls"]] for r in results])
+    if REFERENCE in rows:
+        table += "\n\n" + common.markdown_table(
+            ["row", "batch", f"speed / {REFERENCE} (median of rounds)", "min-max",
+             f"CPU per sequence, {REFERENCE} / row", "min-max"], against(results, REFERENCE))
     table += "\n\n" + common.markdown_table(
         ["export", "wall s", "CPU s", "peak RSS MiB"],
         [[name, e["wall_s"], e["cpu_s"], e["peak_rss_mib"]] for name, e in exports.items()])
