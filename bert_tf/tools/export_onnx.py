@@ -37,8 +37,9 @@ def _check_converted(model_proto) -> None:
 
 def _convert(encode, signature):
     """The ONNX model of the tf.function `encode`, made by tf2onnx's own steps chosen for
-    memory: 4.7 GB at most for BERT-base, where tf2onnx.convert.from_function went past 17.8 GB
-    (bench/export_memory.py; docs/export.md, "Memory", says where from_function's memory goes).
+    memory: 4.7 GiB at most for BERT-base, where tf2onnx.convert.from_function went past
+    12 GiB (peak RSS of `export --format=onnx`, also reported by bench/inference.py;
+    docs/export.md, "Memory", says where from_function's memory goes).
 
     The weights are frozen the way tf2onnx's large_model mode freezes them (functions inlined
     before the variables become constants; no grappler pass over the constants) and kept out
