@@ -15,7 +15,8 @@ machine slows every row alike), batch 1 and batch 32:
 The model is a BERT-base sequence classifier (2 labels) with RANDOM weights (speed does not
 depend on them); the inputs are Gutenberg passages of 150 words, so every row is cut to 128
 tokens. Prints and writes bench/results/inference.{json,md}: sequences/s (median over rounds,
-min-max) and latency p50/p99 of single calls pooled over rounds.
+min-max), latency p50/p99 of single calls pooled over rounds, the worker's CPU milliseconds per
+sequence (median over rounds), and each export's wall and CPU seconds and peak resident memory.
 """
 
 import argparse
@@ -31,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
+from create_data import run_measured  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("BERT_TF_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -39,6 +41,7 @@ SEQ, THREADS, BATCHES = 128, 2, (1, 32)
 HF_PYTHON = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache/bert_tf/bench-venvs")
                  ) / "hf" / "bin" / "python"
 ROWS = ("bert_tf predict", "savedmodel", "savedmodel xla", "onnxruntime", "hf pipeline")
+REFERENCE = "hf pipeline"  # the other rows' ratios are to it, round by round
 
 
 def passages(count=64, words=150) -> list[str]:
@@ -96,7 +99,8 @@ def load_row(row: str, models: Path):
 
 def serve_requests(classify, texts) -> None:
     """The worker loop (ours and the HF peer's): warm up each batch size, print `ready`, then
-    answer each {"batch_size", "calls"} line on stdin with the calls' latencies."""
+    answer each {"batch_size", "calls"} line on stdin with the calls' latencies and the
+    process's CPU seconds in them (all its threads: steadier than latency on a busy machine)."""
     for batch_size in BATCHES:
         for _ in range(2):
             classify(texts[:batch_size])
@@ -104,20 +108,21 @@ def serve_requests(classify, texts) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         batch = texts[:request["batch_size"]]
-        latencies = []
+        latencies, cpu_start = [], time.process_time()
         for _ in range(request["calls"]):
             start = time.perf_counter()
             classify(batch)
             latencies.append(time.perf_counter() - start)
-        common.print_json({"latencies": latencies})
+        common.print_json({"latencies": latencies, "cpu_s": time.process_time() - cpu_start})
 
 
 # --------------------------------------------------------------------------- the parent
 
 
-def prepare_models(directory: Path, rows: list[str]) -> None:
+def prepare_models(directory: Path, rows: list[str]) -> dict:
     """A random BERT-base classifier checkpoint and the exports the rows need (savedmodel with
-    XLA off/on, onnx), each made with `python -m bert_tf export`."""
+    XLA off/on, onnx), each made with `python -m bert_tf export`; returns each export's wall
+    and CPU seconds and peak resident memory."""
     import tensorflow as tf
 
     from bert_tf.model.checkpoints import save_checkpoint
@@ -131,16 +136,19 @@ def prepare_models(directory: Path, rows: list[str]) -> None:
     model = BertForSequenceClassification(config, num_labels=2)
     save_checkpoint(variables_by_name(model), directory / "checkpoint", step=0)
     config.to_json_file(directory / "checkpoint" / "bert_config.json")
+    exports = {}
     for name, extra in (("savedmodel", []), ("savedmodel_xla", ["--jit_compile"]),
                         ("onnx", [])):
         if not any(row.replace(" ", "_").replace("onnxruntime", "onnx") == name for row in rows):
             continue
         fmt = "onnx" if name == "onnx" else "savedmodel"
-        subprocess.run([sys.executable, "-m", "bert_tf", "export", f"--format={fmt}",
-                        f"--checkpoint={directory / 'checkpoint'}", f"--vocab_file={VOCAB}",
-                        f"--max_seq_length={SEQ}", "--labels=a,b", f"--output_dir={directory / name}",
-                        *extra], check=True, env=common.set_thread_env(THREADS),
-                       stdout=subprocess.DEVNULL)
+        wall, cpu, rss, _ = run_measured(
+            [sys.executable, "-m", "bert_tf", "export", f"--format={fmt}",
+             f"--checkpoint={directory / 'checkpoint'}", f"--vocab_file={VOCAB}",
+             f"--max_seq_length={SEQ}", "--labels=a,b", f"--output_dir={directory / name}",
+             *extra], env=common.set_thread_env(THREADS))
+        exports[name] = {"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": rss}
+    return exports
 
 
 class Worker:
@@ -166,26 +174,46 @@ class Worker:
         raise RuntimeError(f"{self.row}: worker exited (exit {self.process.wait()}) before "
                            f"saying {what!r}")
 
-    def measure(self, batch_size: int, calls: int) -> list[float]:
+    def measure(self, batch_size: int, calls: int) -> dict:
+        """{"latencies": seconds of each call, "cpu_s": the worker's CPU seconds in them}."""
         self.process.stdin.write(json.dumps({"batch_size": batch_size, "calls": calls}) + "\n")
         self.process.stdin.flush()
-        return json.loads(self._expect(common.JSON_MARK)[len(common.JSON_MARK):])["latencies"]
+        return json.loads(self._expect(common.JSON_MARK)[len(common.JSON_MARK):])
 
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=60)
 
 
-def summarise(batch_size: int, rounds: list[list[float]]) -> dict:
-    """Sequences/s per round (median, min, max) and single-call latency percentiles."""
-    rates = [batch_size * len(r) / sum(r) for r in rounds]
-    pooled = sorted(x for r in rounds for x in r)
+def summarise(batch_size: int, rounds: list[dict]) -> dict:
+    """Sequences/s (median, min, max, and each round's), single-call latency percentiles and
+    CPU milliseconds per sequence (median, and each round's)."""
+    rates = [batch_size * len(r["latencies"]) / sum(r["latencies"]) for r in rounds]
+    cpu = [1000 * r["cpu_s"] / (batch_size * len(r["latencies"])) for r in rounds]
+    pooled = sorted(x for r in rounds for x in r["latencies"])
 
     def percentile(q):
         return pooled[min(len(pooled) - 1, round(q * (len(pooled) - 1)))]
     return {"sequences_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
             "p50_ms": 1000 * percentile(0.5), "p99_ms": 1000 * percentile(0.99),
-            "calls": len(pooled)}
+            "cpu_ms_per_sequence": statistics.median(cpu), "calls": len(pooled),
+            "round_rates": rates, "round_cpu_ms": cpu}
+
+
+def against(results: list[dict], reference: str) -> list[list]:
+    """Each row against `reference` in the same rounds: the median and range over rounds of
+    its sequences/s over the reference's, and of the reference's CPU per sequence over its
+    (both > 1 where the row is the faster)."""
+    by_key = {(r["row"], r["batch_size"]): r for r in results}
+    table = []
+    for r in results:
+        ref = by_key[reference, r["batch_size"]]
+        speed = [a / b for a, b in zip(r["round_rates"], ref["round_rates"], strict=True)]
+        cpu = [b / a for a, b in zip(r["round_cpu_ms"], ref["round_cpu_ms"], strict=True)]
+        table.append([r["row"], r["batch_size"], statistics.median(speed),
+                      f"{min(speed):.2f}-{max(speed):.2f}", statistics.median(cpu),
+                      f"{min(cpu):.2f}-{max(cpu):.2f}"])
+    return table
 
 
 def main() -> None:
@@ -209,7 +237,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         models, texts_file = Path(tmp), Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(passages()))
-        prepare_models(models, rows)
+        exports = prepare_models(models, rows)
         workers = [Worker(row, models, texts_file) for row in rows]
         timings = {(row, b): [] for row in rows for b in BATCHES}
         for _ in range(args.rounds):
@@ -219,19 +247,27 @@ def main() -> None:
                         worker.measure(batch_size, calls[batch_size]))
         for worker in workers:
             worker.close()
-    report(rows, timings, args)
+    report(rows, timings, exports, args)
 
 
-def report(rows, timings, args) -> None:
+def report(rows, timings, exports, args) -> None:
     results = [{"row": row, "batch_size": b, **summarise(b, timings[row, b])}
                for b in BATCHES for row in rows]
     table = common.markdown_table(
-        ["row", "batch", "sequences/s (median)", "min-max", "p50 ms", "p99 ms", "calls"],
+        ["row", "batch", "sequences/s (median)", "min-max", "p50 ms", "p99 ms",
+         "CPU ms/sequence", "calls"],
         [[r["row"], r["batch_size"], r["sequences_per_s"], f"{r['min']:.3g}-{r['max']:.3g}",
-          r["p50_ms"], r["p99_ms"], r["calls"]] for r in results])
+          r["p50_ms"], r["p99_ms"], r["cpu_ms_per_sequence"], r["calls"]] for r in results])
+    if REFERENCE in rows:
+        table += "\n\n" + common.markdown_table(
+            ["row", "batch", f"speed / {REFERENCE} (median of rounds)", "min-max",
+             f"CPU per sequence, {REFERENCE} / row", "min-max"], against(results, REFERENCE))
+    table += "\n\n" + common.markdown_table(
+        ["export", "wall s", "CPU s", "peak RSS MiB"],
+        [[name, e["wall_s"], e["cpu_s"], e["peak_rss_mib"]] for name, e in exports.items()])
     print(table)
     common.write_results("inference", {"machine": common.machine_info(), "args": vars(args),
-                                       "results": results}, table)
+                                       "results": results, "exports": exports}, table)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ as KIND/NAME in OUTPUTS.npz. Nothing of bert_tf is imported: a user's process wo
 
 import json
 import sys
-import types
 
 import numpy as np
 
@@ -30,12 +29,7 @@ def savedmodel(kind, path, inputs):
     outputs.update({f"text/{k}": v for k, v in model.signatures["serving_default"](
         text=tf.constant(inputs["texts"])).items()})
     if kind == "encoder":
-        # tensorflow_hub 0.16.1 imports pkg_resources, which setuptools 82 removed
-        # (tensorflow/hub#934); its parse_version is packaging's.
-        import packaging.version
-        sys.modules.setdefault("pkg_resources",
-                               types.SimpleNamespace(parse_version=packaging.version.parse))
-        import tensorflow_hub as hub
+        import tensorflow_hub as hub  # needs setuptools<82 (install/requirements.txt)
 
         hub_outputs = hub.KerasLayer(path)(ids)
         outputs["hub/pooled_output"] = hub_outputs["pooled_output"]
