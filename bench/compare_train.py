@@ -82,7 +82,7 @@ def ours_step(args):
         common.report_skip(args, {**vars(args), "framework": OURS, "skipped": reason})
         return
     shape = {k: v for k, v in common.SHAPES[args.shape].items() if k != "name"}
-    bert_config = BertConfig(vocab_size=common.VOCAB_SIZE, **shape)
+    bert_config = BertConfig(vocab_size=common.VOCAB_SIZE, hidden_act=args.hidden_act, **shape)
     config = PretrainingConfig(
         bert_config_file="", output_dir="", train_batch_size=args.batch_size,
         max_seq_length=args.seq_length, max_predictions_per_seq=args.masked_positions,
@@ -162,7 +162,7 @@ def row_command(args, framework, shape, precision, xla):
     env = common.set_thread_env(args.threads)
     batch = batch_size(args, shape)
     if framework == OURS:
-        return [OURS_PYTHON, __file__, "--child", "ours",
+        return [OURS_PYTHON, __file__, "--child", "ours", "--hidden_act", args.hidden_act,
                 *child_args(args, shape, precision, batch, args.threads, xla=xla,
                             optimizer="adamw",
                             phases=shape == args.profile_shape and precision == "fp32"
@@ -235,6 +235,8 @@ def main():
     parser.add_argument("--optimizer", choices=["adamw", "lamb"], default="adamw",
                         help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="base,small", help="comma-separated: base,small")
+    parser.add_argument("--hidden_act", default="gelu",
+                        help="our rows' activation: gelu (erf) or gelu_new (tanh, Model Garden's)")
     parser.add_argument("--base_batch_size", type=int, default=4)
     parser.add_argument("--small_batch_size", type=int, default=16)
     parser.add_argument("--frameworks", default=f"{OURS},hf-torch,modelgarden,modelgarden-onednn")
