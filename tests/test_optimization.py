@@ -164,15 +164,18 @@ def test_schedule_warms_up_linearly_then_decays_polynomially(optimizer_type, pow
     assert lr(100) == 0.0 and lr(150) == 0.0
 
 
-def test_clip_by_global_norm():
-    grads = [tf.constant([3.0, 0.0]), tf.constant([4.0])]
-    clipped, norm = optimization.clip_by_global_norm(grads, tf.constant(True))
-    assert float(norm) == pytest.approx(5.0)
+def test_unscale_and_clip():
+    grads = [tf.constant([6.0, 0.0]), tf.constant([8.0])]  # norm 10, divided by 2: 5
+    clipped, norm, finite = optimization.unscale_and_clip(grads, tf.constant(2.0))
+    assert bool(finite) and float(norm) == pytest.approx(5.0)
     np.testing.assert_allclose(np.concatenate([g.numpy() for g in clipped]), [0.6, 0.0, 0.8],
                                rtol=1e-6)
-    small = [tf.constant([0.3, 0.4])]
-    np.testing.assert_allclose(optimization.clip_by_global_norm(small, True)[0][0].numpy(),
-                               [0.3, 0.4], rtol=1e-6)
+    small, norm, _ = optimization.unscale_and_clip([tf.constant([0.6, 0.8])], 2.0)
+    np.testing.assert_allclose(small[0].numpy(), [0.3, 0.4], rtol=1e-6)
+    assert float(norm) == pytest.approx(0.5)
+    for bad in (np.inf, np.nan):
+        _, _, finite = optimization.unscale_and_clip([tf.ones([2]), tf.constant([1.0, bad])])
+        assert not bool(finite)
 
 
 def test_unknown_optimizer_is_rejected():

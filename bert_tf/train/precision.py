@@ -119,6 +119,3 @@ class DynamicLossScale(tf.Module):
         self.scale.assign(new_scale)
         self.good_steps.assign(new_good)
 
-
-def all_finite(tensors) -> tf.Tensor:
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])

@@ -4,8 +4,8 @@ A `TrainState` holds a model, its optimizer, the loss scale, the step and the in
 (everything a checkpoint holds) and performs one optimizer update from a list of micro-batches:
 
     totals (allreduced)  ->  per micro-batch: forward/backward (XLA with --use_xla),
-    accumulate  ->  unscale  ->  ONE gradient allreduce (mean; + one of the metric sums and
-    the stop flag)  ->  finiteness, clip  ->  step
+    accumulate  ->  ONE gradient allreduce (mean; + one of the metric sums and the stop
+    flag)  ->  unscale, finiteness and clip (one pass)  ->  step
 
 A task supplies three things by subclassing: `loss_sums` (the per-batch sums named by
 `metric_names`, from which losses and accuracies follow), `objective` (the sums made into a
@@ -20,11 +20,11 @@ backward pass differentiates a mean loss times the loss scale, as NVIDIA's TF2 B
 (official/modeling/model_training_utils.py scales each micro-batch's mean loss and divides by
 the accumulation count after the allreduce). Dividing by the whole update's totals instead made
 every half-precision gradient K times smaller (1,024x for BERT-large phase 1 on 8 GPUs),
-pushing them into float16's subnormals. Each rank's sum of its micro-batch gradients is then
-divided by its micro-batches and the loss scale, and the allreduce averages over ranks: the
-same gradient as normalising by the totals (exactly, for powers of two), and --fp16_allreduce
-compresses unscaled gradients (NVIDIA's order) rather than scaled ones that can pass float16's
-65504.
+pushing them into float16's subnormals. The allreduce averages each rank's sum of its
+micro-batch gradients over ranks, and the clipping's multiply divides by the micro-batches and
+the loss scale: the same gradient as normalising by the totals (exactly, for powers of two).
+With --fp16_allreduce the division comes before the allreduce, so it compresses unscaled
+gradients (NVIDIA's order) rather than scaled ones that can pass float16's 65504.
 
 A stop request (a preemption signal, faults.StopSignals) rides as one more element in the
 allreduce of the metric sums, so every rank learns in the same update that some rank was asked
@@ -169,17 +169,19 @@ class TrainState(tf.Module):
         `stop_requested` is true on every rank when `stop_requested` was on any."""
         config = self.config
         loss_scale = self.loss_scale.scale.read_value()
-        # Unscaled before the allreduce and averaged over ranks by it, as NVIDIA's TF2 BERT does,
-        # so that --fp16_allreduce compresses each rank's mean gradient. A non-finite local
-        # gradient stays non-finite in the average, so every rank skips the same update.
         divisor = loss_scale * self.accumulation_divisor
-        grads = [g / divisor for g in grads]
+        if config.fp16_allreduce:
+            # Unscaled before the allreduce, as NVIDIA's TF2 BERT does, so that float16
+            # compression sees each rank's mean gradient (scaled ones can pass 65504).
+            grads, divisor = [g / divisor for g in grads], tf.constant(1.0)
+        # A float32 allreduce is linear: dividing after it, in the clipping's multiply, gives
+        # the same average in one pass less over memory. A non-finite local gradient stays
+        # non-finite in the average, so every rank skips the same update.
         grads = distributed.allreduce_mean(grads, fp16_compression=config.fp16_allreduce)
         (sums_and_stops,) = distributed.allreduce_sum(
             [tf.concat([metric_sums, [tf.cast(stop_requested, tf.float32)]], axis=0)])
         metric_sums, stop_requests = sums_and_stops[:-1], sums_and_stops[-1]
-        finite = precision.all_finite(grads)
-        clipped, grad_norm = optimization.clip_by_global_norm(grads, finite)
+        clipped, grad_norm, finite = optimization.unscale_and_clip(grads, divisor)
         learning_rate = optimization.learning_rate_at(
             self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
             num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
