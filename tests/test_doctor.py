@@ -278,7 +278,7 @@ def test_memory_fits_or_warns_with_formula():
                          "1,050 (TensorFlow's default for compute capability 7.x)")
     big = run_config(train_batch_size=64, max_seq_length=512, max_predictions_per_seq=80)
     line = check_memory(big, LARGE, v100).line()
-    assert line.startswith("WARN memory per GPU: estimate 93.6 GiB")
+    assert line.startswith("WARN memory per GPU: estimate 81.6 GiB")
     assert "likely out of memory | fix: lower --train_batch_size to about 16" in line
     # A GPU too small for one sequence gets no "batch 0" advice.
     line = check_memory(big, LARGE, device_memory(4096, None, environ={})).line()

@@ -21,6 +21,7 @@ from bert_tf.model.modeling import (
     metrics_from_sums,
     pretraining_loss,
     set_float32_matmul_outputs,
+    stateless_dropout,
     variables_by_name,
 )
 
@@ -161,6 +162,26 @@ def test_dropout_masks_are_a_function_of_the_seed(model, jit_compile):
     np.testing.assert_array_equal(sequence_output(seed), first)
     assert np.abs(sequence_output(tf.constant([3, 5], tf.int64)) - first).max() > 1e-3
     assert np.abs(sequence_output(tf.constant([4, 4], tf.int64)) - first).max() > 1e-3
+
+
+def test_stateless_dropout_drops_the_rate_and_keeps_the_expectation():
+    seed = tf.constant([7, 1], tf.int64)
+    for dtype in (tf.float32, tf.bfloat16):
+        x = tf.ones([1001, 99], dtype)  # an odd size: the last 32-bit draw is half used
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = stateless_dropout(x, 0.1, seed)
+        grad = tape.gradient(y, x)
+        assert y.dtype == dtype and y.shape == x.shape
+        np.testing.assert_array_equal(y, stateless_dropout(x, 0.1, seed))
+        values = tf.cast(y, tf.float64).numpy()
+        dropped = values == 0
+        assert abs(dropped.mean() - 0.1) < 0.003  # 99,099 draws: 3 standard deviations
+        scale = 65536 / (65536 - 6554)  # the rate quantised to 16 bits
+        np.testing.assert_allclose(values[~dropped], scale, rtol=2**-8)
+        np.testing.assert_array_equal(tf.cast(grad, tf.float64).numpy(), values)
+    assert (stateless_dropout(tf.ones([64]), 0.1, seed).numpy()
+            != stateless_dropout(tf.ones([64]), 0.1, seed + 1).numpy()).any()
 
 
 def test_heads_compute_googles_formulas(model):
@@ -330,6 +351,14 @@ def test_float32_output_matmuls_under_xla(transpose_b, batch):
     np.testing.assert_array_equal(eager, tf.matmul(a, b, transpose_b=transpose_b))
 
 
+def gradient_of(function, x):
+    x = tf.convert_to_tensor(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = function(x)
+    return tape.gradient(y, x)
+
+
 def test_gelu_new_is_the_tanh_approximation_and_gelu_the_erf():
     x = np.linspace(-6, 6, 241, dtype=np.float32)
     tanh_form = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
@@ -337,6 +366,19 @@ def test_gelu_new_is_the_tanh_approximation_and_gelu_the_erf():
     np.testing.assert_allclose(ACTIVATIONS["gelu_new"](x), tanh_form, atol=2e-6)
     np.testing.assert_allclose(ACTIVATIONS["gelu"](x), erf_form, atol=2e-6)
     assert 1e-4 < np.max(np.abs(tanh_form - erf_form)) < 5e-4  # two different functions
+    # The written-out derivatives are autodiff's of TF's own GELUs; in bfloat16 the value and
+    # gradient are float32's rounded once (within a bfloat16 unit, 2**-8 relative).
+    for name, approximate in (("gelu_new", True), ("gelu", False)):
+        ours, reference = gradient_of(ACTIVATIONS[name], x), gradient_of(
+            lambda t, approximate=approximate: tf.nn.gelu(t, approximate=approximate), x)
+        np.testing.assert_allclose(ours, reference, atol=2e-6)
+        x16 = tf.cast(x, tf.bfloat16)
+        rounded = tf.cast(x16, tf.float32)
+        for got, want in ((ACTIVATIONS[name](x16), ACTIVATIONS[name](rounded)),
+                          (gradient_of(ACTIVATIONS[name], x16),
+                           gradient_of(ACTIVATIONS[name], rounded))):
+            assert got.dtype == tf.bfloat16
+            np.testing.assert_allclose(tf.cast(got, tf.float32), want, rtol=2**-8, atol=1e-6)
     outputs = BertModel(dataclasses.replace(CONFIG, hidden_act="gelu_new"))(
         make_features()["input_ids"])
     assert np.all(np.isfinite(outputs.sequence_output))

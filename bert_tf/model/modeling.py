@@ -109,17 +109,66 @@ def attention_probabilities(scores, adder):
     return softmax(scores)
 
 
+def _float32_gelu(value, slope):
+    """A GELU that computes in float32 whatever its input's dtype, with its derivative written
+    out and recomputed from the input in the backward pass.
+
+    Why: on CPUs TF's bfloat16 elementwise kernels cost about twice their float32 ones, and
+    autodiff of tf.nn.gelu makes a dozen of them; this is 3 casts and a few float32 ops each way
+    (BERT-base's [512, 3072] GELU, forward and backward: bench/model_pieces.py in
+    bench/README.md). It is also closer to the float32 function than bfloat16 math.
+
+    Args:
+      value: float32 x -> GELU(x).
+      slope: float32 x -> dGELU/dx.
+    """
+    @tf.custom_gradient
+    def gelu(x):
+        def gradient(upstream):
+            x32 = tf.cast(x, tf.float32)
+            return tf.cast(tf.cast(upstream, tf.float32) * slope(x32), x.dtype)
+        return tf.cast(value(tf.cast(x, tf.float32)), x.dtype), gradient
+    return gelu
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_TANH_GELU_CUBIC = 0.044715
+
+
+def _tanh_gelu_parts(x):
+    inner = _SQRT_2_OVER_PI * x * (1.0 + _TANH_GELU_CUBIC * x * x)
+    return inner, tf.tanh(inner)
+
+
+def _tanh_gelu_value(x):
+    return 0.5 * x * (1.0 + _tanh_gelu_parts(x)[1])
+
+
+def _tanh_gelu_slope(x):
+    _, t = _tanh_gelu_parts(x)
+    d_inner = _SQRT_2_OVER_PI * (1.0 + 3.0 * _TANH_GELU_CUBIC * x * x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner
+
+
+def _erf_gelu_value(x):
+    return 0.5 * x * (1.0 + tf.math.erf(x * math.sqrt(0.5)))
+
+
+def _erf_gelu_slope(x):
+    density = tf.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    return 0.5 * (1.0 + tf.math.erf(x * math.sqrt(0.5))) + x * density
+
+
 ACTIVATIONS = {
     # Exact erf GELU: Google's first release (modeling.py at fe35475) and Hugging Face's "gelu".
     # Google's modeling.py uses the tanh approximation since bee6030 (Feb 2019); they differ by
     # at most 4.7e-4. We keep erf deliberately, so converted Hugging Face models reproduce
     # Hugging Face's outputs (tests/test_convert.py).
-    "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+    "gelu": _float32_gelu(_erf_gelu_value, _erf_gelu_slope),
     # The tanh approximation under Hugging Face's name for it ("gelu_new"): what Google's
     # modeling.py computes for "gelu" today, Model Garden's BertEncoder (`_approx_gelu`) and
-    # KerasHub's BertBackbone (`gelu_approximate`). In bfloat16 on a CPU it costs a tenth of
-    # the erf's op time (bench/README.md, "Where the time goes").
-    "gelu_new": lambda x: tf.nn.gelu(x, approximate=True),
+    # KerasHub's BertBackbone (`gelu_approximate`); cheaper than the erf.
+    "gelu_new": _float32_gelu(_tanh_gelu_value, _tanh_gelu_slope),
     "relu": tf.nn.relu,
     "tanh": tf.tanh,
     "linear": tf.identity,
@@ -226,7 +275,35 @@ class _StatelessDropout:
             return x
         site_seed = tf.random.experimental.stateless_fold_in(self.seed, self.sites)
         self.sites += 1
-        return tf.nn.experimental.stateless_dropout(x, rate, site_seed)
+        return stateless_dropout(x, rate, site_seed)
+
+
+def stateless_dropout(x, rate: float, seed):
+    """Dropout whose mask is a function of `seed`, drawn from 16 random bits per element.
+
+    tf.nn.experimental.stateless_dropout draws a 32-bit Philox number per element (one bfloat16
+    or float32 uniform); two 16-bit halves of each number serve here, which halves the
+    random-number work, most of dropout's cost on a CPU (bench/model_pieces.py in
+    bench/README.md). An element is dropped when its 16 bits are below round(rate * 65536), so
+    the rate is quantised to 1/65536 (0.1 -> 0.1000061); kept elements are scaled by the
+    inverse of the quantised keep probability, so the expectation is exact.
+
+    Args:
+      x: tensor of any float dtype and shape.
+      rate: Python float in [0, 1).
+      seed: [2] int tensor.
+
+    Returns:
+      x with dropped elements zeroed and kept ones scaled, in x's dtype.
+    """
+    threshold = round(rate * 65536)
+    size = tf.size(x)
+    bits = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
+                                       dtype=tf.uint32)
+    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
+    keep = tf.reshape(halves >= threshold, tf.shape(x))
+    scale = tf.cast(65536 / (65536 - threshold), x.dtype)
+    return tf.where(keep, x * scale, tf.zeros([], x.dtype))
 
 
 def _no_dropout(x, rate):

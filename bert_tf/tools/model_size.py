@@ -81,8 +81,8 @@ MEMORY_FORMULA = (
     "(k bytes per compute-dtype element, T = b*s tokens, S = b*A*s^2 attention elements, "
     "p bytes per kept attention probability, bool dropout masks 1 byte): without XLA "
     "T*H*(6k + 2) (input, q, k, v, context, LayerNorm output; 2 masks) + 2 LayerNorms x 3 "
-    "float32 T*H + GELU 4k*T*I + S*(p + 1 + k) (probs, mask, dropped copy); with XLA "
-    "T*H*(6k + 2) + 2 x 4*T*H + 2k*T*I + S*(p + 1 + k); embeddings 3 float32 T*H + mask; "
+    "float32 T*H + GELU 2k*T*I (input and output) + S*(p + 1 + k) (probs, mask, dropped copy); "
+    "with XLA T*H*(6k + 2) + 2 x 4*T*H + 2k*T*I + S*(p + 1 + k); embeddings 3 float32 T*H + mask; "
     "MLM head per prediction 6k*H + 12*H + 8*V (float32 logits and their gradient); "
     "backward working set of one layer S*(4 + k) + 1 GiB workspace; the GPU gives TensorFlow "
     "its CUDA-visible memory less the CUDA context and TensorFlow's reserve (docs/memory.md)"
@@ -95,12 +95,11 @@ def activation_bytes_per_sequence(config: BertConfig, seq_length, max_prediction
 
     Counted from bert_tf/model/modeling.py under TensorFlow 2.21: attention probabilities
     in attention_probs_dtype (the one place the model takes it from) and a compute-dtype
-    copy through dropout; dropout keeps a bool mask (tf.nn.experimental.stateless_dropout
-    selects with where_v2, whose gradient reads only the condition); LayerNorm casts its
-    input to float32 and its unfused ops keep the input, x - mean and the normalised x;
-    exact GELU (0.5*x*(1+erf(x/sqrt 2))) keeps three I-wide tensors plus its output for the
-    next matmul. XLA fuses the elementwise chains: one float32 LayerNorm input and the GELU
-    input and output are what it keeps. Plus the gradients of one layer's attention alive
+    copy through dropout; dropout keeps a bool mask (modeling.stateless_dropout selects with
+    where_v2, whose gradient reads only the condition); LayerNorm casts its input to float32
+    and its unfused ops keep the input, x - mean and the normalised x; the GELU's gradient
+    recomputes from its input, so it keeps that and its output for the next matmul. XLA fuses
+    the elementwise chains: one float32 LayerNorm input is what it keeps. Plus the gradients of one layer's attention alive
     during its backward pass (float32 probabilities' gradient and the scores' gradient)."""
     if precision not in PRECISION_MODES:
         raise ValueError(f"precision must be one of {', '.join(PRECISION_MODES)}, "
@@ -111,11 +110,11 @@ def activation_bytes_per_sequence(config: BertConfig, seq_length, max_prediction
     h, i, s = config.hidden_size, config.intermediate_size, seq_length
     attention_elements = config.num_attention_heads * s * s
     layer_norms = 2 * 4 * h if use_xla else 2 * 3 * 4 * h
-    gelu = (2 if use_xla else 4) * i * k
+    gelu = 2 * i * k
     per_token = 6 * h * k + 2 * h + layer_norms + gelu
     layer = s * per_token + attention_elements * (p + 1 + k)
     embeddings = s * (3 * 4 * h + h)  # float32 LayerNorm + dropout mask
-    mlm_head = max_predictions_per_seq * (6 * h * k + 3 * 4 * h + 8 * config.vocab_size)
+    mlm_head = max_predictions_per_seq * (4 * h * k + 3 * 4 * h + 8 * config.vocab_size)
     backward = attention_elements * (4 + k)
     return config.num_hidden_layers * layer + embeddings + mlm_head + backward
 
