@@ -132,6 +132,7 @@ def render(payload):
         f"TF matmul peak measured at {peak_text}. MFU = train FLOPs/sequence x median "
         "sequences/s / the better peak of the row's precision (bf16 peak for bf16 rows, also "
         "for the peers). Train FLOPs = 3 x forward matmul FLOPs (formula in bench/common.py).",
+        rounds.steady_line([r["rounds"] for r in payload["rows"]]),
         "", _table(payload["rows"]), ""]
     for r in payload["rows"]:
         first = r["rounds"][0] if r["rounds"] else {}

@@ -7,6 +7,10 @@ of its rounds with their min-max, and a ratio of two rows is the ratio of their 
 the min-max of the per-round ratios (the two rows of one round ran minutes apart at most, under
 similar load). A verdict line says whether that spread crosses 1.0.
 
+On this kind of machine the host also slows the whole machine down in phases (`SteadyMachine`):
+each row starts only while the machine runs at its usual speed, and a round during which it
+slowed down is timed again.
+
 Rows that run in child processes are `RowProcess`es: built and warmed up once, then kept
 alive and asked to time one round at a time (common.serve_rounds is the child's side), so a
 round costs only its timed steps, not a start-up and an XLA compile per row.
@@ -83,7 +87,53 @@ class RowProcess:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def run_rounds(rows, rounds, log=None):
+class SteadyMachine:
+    """Keeps each round of timings inside one speed phase of the machine.
+
+    The host of this kind of machine slows it in phases: a fixed numpy matmul took 1.74x as
+    long for 5-30 s at a time, once or twice a minute, on an otherwise idle machine, and the
+    process's CPU time grew with its wall time, so CPU seconds do not undo it (2026-12-05,
+    issue 38 notes). A round whose rows straddle a phase boundary gets a ratio the code did not
+    make. So a short probe (a fixed single-threaded numpy matmul) runs before each row and after
+    the round, and is compared with the fastest probe seen: a row starts only once the machine
+    is at its usual speed (waiting at most `max_wait_s`), and a round during which a probe found
+    it slow is timed again, at most `max_retries` times. Each record says how often. A machine
+    still slow after max_wait_s is taken to be slower for good (other jobs started) and its
+    speed then becomes the reference.
+    """
+
+    def __init__(self, tolerance=1.25, max_wait_s=60.0, max_retries=3):
+        import numpy as np
+
+        self.tolerance, self.max_wait_s, self.max_retries = tolerance, max_wait_s, max_retries
+        self.matrix = np.random.default_rng(0).random((160, 160))
+        self.fastest = float("inf")
+
+    def probe_s(self) -> float:
+        start = time.perf_counter()
+        for _ in range(40):
+            self.matrix @ self.matrix
+        elapsed = time.perf_counter() - start
+        self.fastest = min(self.fastest, elapsed)
+        return elapsed
+
+    def is_steady(self) -> bool:
+        return self.probe_s() <= self.tolerance * self.fastest
+
+    def wait(self) -> float:
+        """Seconds waited until the machine was at its usual speed (or max_wait_s passed)."""
+        start = time.monotonic()
+        if self.is_steady():
+            return 0.0
+        while time.monotonic() - start < self.max_wait_s:
+            time.sleep(0.5)
+            if self.is_steady():
+                return time.monotonic() - start
+        self.fastest = self.probe_s()  # slower for good (other jobs): this is its speed now
+        return time.monotonic() - start
+
+
+def run_rounds(rows, rounds, log=None, steady=None):
     """Times every row once per round, `rounds` times, rotating the order by one each round.
 
     Args:
@@ -91,31 +141,61 @@ def run_rounds(rows, rounds, log=None):
         raises RowError, which drops the row from later rounds).
       rounds: how many rounds.
       log: function taking a progress line (default: print to stderr).
+      steady: a SteadyMachine (default: a new one), or False to time without one.
 
     Returns:
       {label: [record per round]} (a record is {"error": ...} from a failed round on);
-      each record also gets `round` and `load_average`.
+      each record also gets `round`, `load_average`, and with a SteadyMachine `retries` (times
+      its round was timed again) and `waited_s` (waiting for the machine before the row).
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    steady = SteadyMachine() if steady is None else steady
     labels = list(rows)
     results = {label: [] for label in labels}
     failed = set()
     for round_index in range(rounds):
         shift = round_index % len(labels) if labels else 0
-        for label in labels[shift:] + labels[:shift]:
-            if label in failed:
-                continue
-            try:
-                record = rows[label](round_index)
-            except RowError as error:
+        order = [label for label in labels[shift:] + labels[:shift] if label not in failed]
+        for retry in range(steady.max_retries + 1 if steady else 1):
+            records, disturbed = _time_round(rows, order, round_index, steady)
+            if not disturbed:
+                break
+            log(f"[rounds] round {round_index + 1}/{rounds}: the machine slowed down during it, "
+                f"timing it again ({retry + 1}/{steady.max_retries})")
+        for label, record in records.items():
+            if "error" in record:
                 failed.add(label)
-                record = {"error": str(error)}
-            record.update(round=round_index, load_average=os.getloadavg()[0])
+            record.update(round=round_index, load_average=os.getloadavg()[0],
+                          **({"retries": retry} if steady else {}))
             results[label].append(record)
             log(f"[rounds] round {round_index + 1}/{rounds} {label}: "
                 + (record["error"].splitlines()[0] if "error" in record
                    else f"{record['step_s']:.3g} s/step, load {record['load_average']:.1f}"))
     return results
+
+
+def _time_round(rows, order, round_index, steady):
+    """One round's records, and whether the machine slowed down while it ran."""
+    records, disturbed = {}, False
+    for label in order:
+        waited = steady.wait() if steady else 0.0
+        disturbed |= waited > 0 and bool(records)  # it slowed down during the previous row
+        try:
+            record = rows[label](round_index)
+        except RowError as error:
+            record = {"error": str(error)}
+        records[label] = {**record, **({"waited_s": waited} if steady else {})}
+    return records, disturbed or (bool(steady) and not steady.is_steady())
+
+
+def steady_line(records_by_row):
+    """One line on the SteadyMachine's work over all rows' records, for a report."""
+    records = [r for rs in records_by_row for r in rs]
+    timed_again = {r["round"] for r in records if r.get("retries")}
+    waited = sum(r.get("waited_s", 0.0) for r in records)
+    return (f"Rounds timed again because the machine slowed down during them: "
+            f"{len(timed_again)}; waited {waited:.0f} s in all for it to return to its usual "
+            "speed before a row (bench/rounds.py, SteadyMachine).")
 
 
 def run_processes(rows, rounds, timeout):

@@ -17,6 +17,7 @@ from bert_tf.model.modeling import (
     BertForPreTraining,
     BertModel,
     attention_probabilities,
+    cross_entropy_and_predictions,
     matmul,
     metrics_from_sums,
     pretraining_loss,
@@ -182,6 +183,29 @@ def test_stateless_dropout_drops_the_rate_and_keeps_the_expectation():
         np.testing.assert_array_equal(tf.cast(grad, tf.float64).numpy(), values)
     assert (stateless_dropout(tf.ones([64]), 0.1, seed).numpy()
             != stateless_dropout(tf.ones([64]), 0.1, seed + 1).numpy()).any()
+
+
+def test_cross_entropy_is_tfs_and_stays_finite_where_a_probability_underflows():
+    logits = tf.random.stateless_normal([3, 4, 50], [5, 6]) * 4
+    labels = tf.random.stateless_uniform([3, 4], [7, 8], 0, 50, tf.int32)
+    logits = tf.tensor_scatter_nd_update(logits, [[0, 0, 0]], [-300.0])  # exp underflows
+    labels = tf.tensor_scatter_nd_update(labels, [[0, 0]], [0])
+    upstream = tf.random.stateless_normal([3, 4], [9, 10])
+
+    def value_and_gradient(function):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = function(logits)
+        return loss, tape.gradient(loss, logits, output_gradients=upstream)
+
+    ours, ours_gradient = value_and_gradient(lambda x: cross_entropy_and_predictions(labels, x)[0])
+    theirs, their_gradient = value_and_gradient(
+        lambda x: tf.nn.sparse_softmax_cross_entropy_with_logits(labels, x))
+    assert np.isfinite(ours).all() and float(ours[0, 0]) > 250
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(ours_gradient, their_gradient, atol=1e-6)
+    np.testing.assert_array_equal(cross_entropy_and_predictions(labels, logits)[1],
+                                  tf.argmax(logits, -1, output_type=tf.int32))
 
 
 def test_heads_compute_googles_formulas(model):
