@@ -97,7 +97,8 @@ class SteadyMachine:
     make. So a short probe (a fixed single-threaded numpy matmul) runs before each row and after
     the round, and is compared with the fastest probe seen: a row starts only once the machine
     is at its usual speed (waiting at most `max_wait_s`), and a round during which a probe found
-    it slow is timed again, at most `max_retries` times. Each record says how often. A machine
+    it slow, or in which a row took `tolerance` times its fastest earlier round, is timed
+    again, at most `max_retries` times. Each record says how often. A machine
     still slow after max_wait_s is taken to be slower for good (other jobs started) and its
     speed then becomes the reference.
     """
@@ -119,6 +120,16 @@ class SteadyMachine:
 
     def is_steady(self) -> bool:
         return self.probe_s() <= self.tolerance * self.fastest
+
+    def row_slowed(self, records, results) -> bool:
+        """Whether a row of this round took `tolerance` times its fastest earlier round: a slow
+        phase shorter than the row, which the probes around it missed. Any row counts, so the
+        check favours none."""
+        for label, record in records.items():
+            earlier = [r["step_s"] for r in results[label] if "step_s" in r]
+            if "step_s" in record and earlier and record["step_s"] > self.tolerance * min(earlier):
+                return True
+        return False
 
     def wait(self) -> float:
         """Seconds waited until the machine was at its usual speed (or max_wait_s passed)."""
@@ -158,7 +169,7 @@ def run_rounds(rows, rounds, log=None, steady=None):
         order = [label for label in labels[shift:] + labels[:shift] if label not in failed]
         for retry in range(steady.max_retries + 1 if steady else 1):
             records, disturbed = _time_round(rows, order, round_index, steady)
-            if not disturbed:
+            if not (disturbed or steady and steady.row_slowed(records, results)):
                 break
             log(f"[rounds] round {round_index + 1}/{rounds}: the machine slowed down during it, "
                 f"timing it again ({retry + 1}/{steady.max_retries})")
