@@ -13,7 +13,14 @@ totals over micro-batches and ranks, as pretraining does.
 import tensorflow as tf
 
 from bert_tf.model.config import BertConfig
-from bert_tf.model.modeling import BertModel, _dropout_for, _NamedModule, _truncated_normal, _zeros
+from bert_tf.model.modeling import (
+    BertModel,
+    _dropout_for,
+    _NamedModule,
+    _truncated_normal,
+    _zeros,
+    cross_entropy_and_predictions,
+)
 
 # The per-batch sums a fine-tuning loss and accuracy come from; training allreduces them.
 CLASSIFICATION_SUMS = ("loss_sum", "weight_sum", "correct_sum")
@@ -90,8 +97,8 @@ def classification_sums(logits, label_ids, label_weights) -> dict:
     weights = tf.reshape(tf.cast(label_weights, tf.float32), [-1])
     labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
     labels = tf.where(weights > 0, labels, tf.zeros_like(labels))  # padding rows: any label
-    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    hit = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+    nll, predictions = cross_entropy_and_predictions(labels, logits)
+    hit = tf.cast(tf.equal(predictions, labels), tf.float32)
     return {"loss_sum": tf.reduce_sum(weights * nll), "weight_sum": tf.reduce_sum(weights),
             "correct_sum": tf.reduce_sum(weights * hit)}
 
