@@ -5,6 +5,8 @@ import common
 import rounds
 
 OURS = "bert_tf"
+# bert_tf of an earlier checkout (compare_train --baseline): neither ours nor a peer.
+BASELINE = "bert_tf-baseline"
 # Which matmul peak an MFU is measured against.
 PEAK_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "amp": "bfloat16"}
 
@@ -33,7 +35,7 @@ def _measured(rows, shape, framework=None, precision=None, xla=None, peers=False
             and (framework is None or r["framework"] == framework)
             and (precision is None or r["precision"] == precision)
             and (xla is None or r["xla"] == xla)
-            and (r["framework"] != OURS if peers else True)]
+            and (r["framework"] not in (OURS, BASELINE) if peers else True)]
 
 
 def _best(rows):
@@ -65,6 +67,11 @@ def comparisons(rows):
             entries.append(_versus(f"ours bf16 / fp32, XLA {'on' if xla else 'off'}",
                                    _best(_measured(rows, shape, OURS, "bf16", xla)),
                                    _best(_measured(rows, shape, OURS, "fp32", xla))))
+        for precision in ("fp32", "bf16", "fp16", "amp"):
+            for xla in (False, True):
+                entries.append(_versus(
+                    "ours / baseline", _best(_measured(rows, shape, OURS, precision, xla)),
+                    _best(_measured(rows, shape, BASELINE, precision, xla))))
         out[shape] = [e for e in entries if e]
     return out
 

@@ -19,6 +19,10 @@ run_pretraining.py runs - with AdamW, like both peers.
 
     .venv/bin/python bench/compare_train.py              # everything (about an hour on 2 cores)
     .venv/bin/python bench/compare_train.py --quick      # tiny smoke run (~3 min)
+
+Before and after a change, in the same interleaved rounds: `git worktree add /tmp/old REV`,
+then `--baseline /tmp/old` adds that checkout's rows (bert_tf-baseline) and "ours / baseline"
+ratios; e.g. `--frameworks bert_tf --only bert_tf:fp32:off,bert_tf-baseline:fp32:off`.
 """
 
 import argparse
@@ -44,7 +48,7 @@ PEER_SCRIPTS = {
     "modelgarden": ("modelgarden", BENCH / "peers" / "modelgarden_train_step.py", None),
     "modelgarden-onednn": ("modelgarden", BENCH / "peers" / "modelgarden_train_step.py", "1"),
 }
-OURS, PEAK_DTYPE = report.OURS, report.PEAK_DTYPE
+OURS, BASELINE, PEAK_DTYPE = report.OURS, report.BASELINE, report.PEAK_DTYPE
 
 
 # ----------------------------------------------------------------------------- child processes
@@ -161,7 +165,9 @@ def row_command(args, framework, shape, precision, xla):
     """(command, environment) of one row's child process, or (None, error message)."""
     env = common.set_thread_env(args.threads)
     batch = batch_size(args, shape)
-    if framework == OURS:
+    if framework in (OURS, BASELINE):
+        if framework == BASELINE:  # its bert_tf package first on the path, our venv's the rest
+            env["PYTHONPATH"] = str(args.baseline)
         return [OURS_PYTHON, __file__, "--child", "ours", "--hidden_act", args.hidden_act,
                 *child_args(args, shape, precision, batch, args.threads, xla=xla,
                             optimizer="adamw",
@@ -252,6 +258,9 @@ def main():
     parser.add_argument("--row_timeout", type=int, default=1200)
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved rounds: each row is timed once per round")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout of an earlier bert_tf (git worktree add DIR REV): adds "
+                             "its rows as bert_tf-baseline, our precisions and XLA settings")
     parser.add_argument("--no_modelgarden_xla", dest="modelgarden_xla", action="store_false")
     parser.add_argument("--only", default="",
                         help="run just these rows, e.g. bert_tf:bf16:off,modelgarden:fp32:on")
@@ -283,9 +292,10 @@ def planned_rows(args, shapes, xla):
     plan = []
     for shape in shapes:
         for precision in ("fp32", "bf16", "amp"):
-            if OURS in frameworks and precision in ours_precisions and not (xla and precision
-                                                                           == "amp"):
-                plan.append((OURS, shape, precision, xla))
+            for ours in (OURS, BASELINE):
+                if ours in frameworks and precision in ours_precisions and not (
+                        xla and precision == "amp"):
+                    plan.append((ours, shape, precision, xla))
             if precision == "amp":
                 continue
             if "hf-torch" in frameworks and not xla:
@@ -306,7 +316,13 @@ def run(args):
     for shape in shapes:
         if shape not in common.SHAPES:
             common.fail(f"--shapes: unknown shape {shape!r}; choose from {sorted(common.SHAPES)}")
-    unknown = {f for f in args.frameworks.split(",") if f} - {OURS, *PEER_SCRIPTS}
+    if args.baseline:
+        if not (args.baseline / "bert_tf" / "__init__.py").is_file():
+            common.fail(f"--baseline {args.baseline}: no bert_tf/__init__.py there; give a "
+                        "checkout of the repository, e.g. `git worktree add /tmp/old REV`")
+        args.baseline = args.baseline.resolve()
+        args.frameworks += f",{BASELINE}"
+    unknown = {f for f in args.frameworks.split(",") if f} - {OURS, BASELINE, *PEER_SCRIPTS}
     if unknown:
         common.fail(f"--frameworks: unknown {sorted(unknown)}; choose from "
                     f"{[OURS, *PEER_SCRIPTS]}")

@@ -6,7 +6,7 @@ milliseconds per forward+backward, median (min-max), and a VERDICT per piece.
     .venv/bin/python bench/model_pieces.py [--dtypes bfloat16,float32] [--rounds 5]
 
 The figures behind modeling._float32_gelu, modeling.stateless_dropout and
-modeling.cross_entropy_and_predictions (bench/README.md, "Where the time goes").
+modeling.cross_entropy_and_predictions (bench/README.md, "The work that is not a matmul").
 """
 
 import argparse
