@@ -144,7 +144,7 @@ def render(payload):
     for r in payload["rows"]:
         first = r["rounds"][0] if r["rounds"] else {}
         if "fwd_bwd_s" in first:
-            lines.append(f"Where ours' time goes ({r['shape']} {r['precision']}, per update, "
+            lines.append(f"Where the time goes ({r['shape']} {row_label(r)}, per update, "
                          f"parts timed apart once): forward+backward {first['fwd_bwd_s']:.3g}s, "
                          f"allreduce {first['allreduce_s']:.3g}s, clip+optimizer "
                          f"{first['optimizer_s']:.3g}s.")

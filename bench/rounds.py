@@ -171,8 +171,10 @@ def run_rounds(rows, rounds, log=None, steady=None):
             records, disturbed = _time_round(rows, order, round_index, steady)
             if not (disturbed or steady and steady.row_slowed(records, results)):
                 break
+            again = (f"timing it again ({retry + 1}/{steady.max_retries})"
+                     if retry < steady.max_retries else "kept: no retries left")
             log(f"[rounds] round {round_index + 1}/{rounds}: the machine slowed down during it, "
-                f"timing it again ({retry + 1}/{steady.max_retries})")
+                + again)
         for label, record in records.items():
             if "error" in record:
                 failed.add(label)
