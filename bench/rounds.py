@@ -90,58 +90,34 @@ class RowProcess:
 class SteadyMachine:
     """Keeps each round of timings inside one speed phase of the machine.
 
-    The host of this kind of machine slows it in phases: a fixed numpy matmul took 1.74x as
-    long for 5-30 s at a time, once or twice a minute, on an otherwise idle machine, and the
-    process's CPU time grew with its wall time, so CPU seconds do not undo it (2026-12-05,
-    issue 38 notes). A round whose rows straddle a phase boundary gets a ratio the code did not
-    make. So a short probe (a fixed single-threaded numpy matmul) runs before each row and after
-    the round, and is compared with the fastest probe seen: a row starts only once the machine
-    is at its usual speed (waiting at most `max_wait_s`), and a round during which a probe found
-    it slow, or in which a row took `tolerance` times its fastest earlier round, is timed
-    again, at most `max_retries` times. Each record says how often. A machine
-    still slow after max_wait_s is taken to be slower for good (other jobs started) and its
-    speed then becomes the reference.
+    The hosts of this kind of machine change its speed in phases of seconds to minutes: a fixed
+    single-threaded computation took 1.74x as long for 5-30 s at a time, once or twice a minute,
+    on one host (2026-12-05, the AVX512_BF16 EPYC), and 1.5x as long for 70% of the time, in
+    phases of 2-30 s, on another (the same day, an AVX2 EPYC); the process's CPU time grows with
+    its wall time, so CPU seconds do not undo it. A round whose rows ran in different phases
+    gets a ratio the code did not make. So a short probe runs before each row and after the
+    round, and a round whose probes differ by more than `tolerance` is timed again, at most
+    `max_retries` times (each record says how often). Which phase a round runs in does not
+    matter: every row of it ran in the same one. A phase shorter than one row, between two
+    probes, goes unseen.
     """
 
-    def __init__(self, tolerance=1.25, max_wait_s=60.0, max_retries=3):
+    def __init__(self, tolerance=1.25, max_retries=3):
         import numpy as np
 
-        self.tolerance, self.max_wait_s, self.max_retries = tolerance, max_wait_s, max_retries
-        self.matrix = np.random.default_rng(0).random((160, 160))
-        self.fastest = float("inf")
+        self.tolerance, self.max_retries = tolerance, max_retries
+        # An integer matmul runs in numpy's own loop on one thread, never in a BLAS thread pool,
+        # whose wake-ups made a float probe's times spread 1.6x within one phase.
+        self.matrix = np.random.default_rng(0).integers(0, 100, (120, 120))
 
     def probe_s(self) -> float:
         start = time.perf_counter()
-        for _ in range(40):
+        for _ in range(4):
             self.matrix @ self.matrix
-        elapsed = time.perf_counter() - start
-        self.fastest = min(self.fastest, elapsed)
-        return elapsed
+        return time.perf_counter() - start
 
-    def is_steady(self) -> bool:
-        return self.probe_s() <= self.tolerance * self.fastest
-
-    def row_slowed(self, records, results) -> bool:
-        """Whether a row of this round took `tolerance` times its fastest earlier round: a slow
-        phase shorter than the row, which the probes around it missed. Any row counts, so the
-        check favours none."""
-        for label, record in records.items():
-            earlier = [r["step_s"] for r in results[label] if "step_s" in r]
-            if "step_s" in record and earlier and record["step_s"] > self.tolerance * min(earlier):
-                return True
-        return False
-
-    def wait(self) -> float:
-        """Seconds waited until the machine was at its usual speed (or max_wait_s passed)."""
-        start = time.monotonic()
-        if self.is_steady():
-            return 0.0
-        while time.monotonic() - start < self.max_wait_s:
-            time.sleep(0.5)
-            if self.is_steady():
-                return time.monotonic() - start
-        self.fastest = self.probe_s()  # slower for good (other jobs): this is its speed now
-        return time.monotonic() - start
+    def consistent(self, probes) -> bool:
+        return max(probes) <= self.tolerance * min(probes)
 
 
 def run_rounds(rows, rounds, log=None, steady=None):
@@ -157,7 +133,7 @@ def run_rounds(rows, rounds, log=None, steady=None):
     Returns:
       {label: [record per round]} (a record is {"error": ...} from a failed round on);
       each record also gets `round`, `load_average`, and with a SteadyMachine `retries` (times
-      its round was timed again) and `waited_s` (waiting for the machine before the row).
+      its round was timed again) and `probe_s` (the machine's probe just before the row).
     """
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     steady = SteadyMachine() if steady is None else steady
@@ -168,13 +144,13 @@ def run_rounds(rows, rounds, log=None, steady=None):
         shift = round_index % len(labels) if labels else 0
         order = [label for label in labels[shift:] + labels[:shift] if label not in failed]
         for retry in range(steady.max_retries + 1 if steady else 1):
-            records, disturbed = _time_round(rows, order, round_index, steady)
-            if not (disturbed or steady and steady.row_slowed(records, results)):
+            records, probes = _time_round(rows, order, round_index, steady)
+            if not steady or steady.consistent(probes):
                 break
             again = (f"timing it again ({retry + 1}/{steady.max_retries})"
                      if retry < steady.max_retries else "kept: no retries left")
-            log(f"[rounds] round {round_index + 1}/{rounds}: the machine slowed down during it, "
-                + again)
+            log(f"[rounds] round {round_index + 1}/{rounds}: the machine's speed changed during "
+                f"it (probes {min(probes) * 1e3:.1f}-{max(probes) * 1e3:.1f} ms), " + again)
         for label, record in records.items():
             if "error" in record:
                 failed.add(label)
@@ -188,27 +164,30 @@ def run_rounds(rows, rounds, log=None, steady=None):
 
 
 def _time_round(rows, order, round_index, steady):
-    """One round's records, and whether the machine slowed down while it ran."""
-    records, disturbed = {}, False
+    """One round's records, and the machine's probes before each row and after the last."""
+    records, probes = {}, []
     for label in order:
-        waited = steady.wait() if steady else 0.0
-        disturbed |= waited > 0 and bool(records)  # it slowed down during the previous row
+        if steady:
+            probes.append(steady.probe_s())
         try:
             record = rows[label](round_index)
         except RowError as error:
             record = {"error": str(error)}
-        records[label] = {**record, **({"waited_s": waited} if steady else {})}
-    return records, disturbed or (bool(steady) and not steady.is_steady())
+        records[label] = {**record, **({"probe_s": probes[-1]} if steady else {})}
+    if steady:
+        probes.append(steady.probe_s())
+    return records, probes
 
 
 def steady_line(records_by_row):
     """One line on the SteadyMachine's work over all rows' records, for a report."""
     records = [r for rs in records_by_row for r in rs]
     timed_again = {r["round"] for r in records if r.get("retries")}
-    waited = sum(r.get("waited_s", 0.0) for r in records)
-    return (f"Rounds timed again because the machine slowed down during them: "
-            f"{len(timed_again)}; waited {waited:.0f} s in all for it to return to its usual "
-            "speed before a row (bench/rounds.py, SteadyMachine).")
+    probes = [r["probe_s"] for r in records if "probe_s" in r]
+    speeds = (f"; the probe before a row took {min(probes) * 1e3:.1f}-{max(probes) * 1e3:.1f} ms "
+              "over the run" if probes else "")
+    return (f"Rounds timed again because the machine's speed changed during them: "
+            f"{len(timed_again)}{speeds} (bench/rounds.py, SteadyMachine).")
 
 
 def run_processes(rows, rounds, timeout):

@@ -31,9 +31,7 @@ class ScriptedMachine(rounds.SteadyMachine):
         self.probes = list(probes)
 
     def probe_s(self):
-        elapsed = self.probes.pop(0) if len(self.probes) > 1 else self.probes[0]
-        self.fastest = min(self.fastest, elapsed)
-        return elapsed
+        return self.probes.pop(0) if len(self.probes) > 1 else self.probes[0]
 
 
 def scripted_row(times):
@@ -42,36 +40,36 @@ def scripted_row(times):
     return lambda round_index: {"step_s": next(calls)}
 
 
-def test_a_round_in_which_a_row_slowed_down_is_timed_again_and_the_retry_is_recorded():
-    rows = {"a": scripted_row([1.0, 2.0, 1.05]), "b": scripted_row([1.0, 1.0, 1.0])}
+def test_a_round_whose_probes_disagree_is_timed_again_and_the_retry_is_recorded():
+    # Round 1's probes (before a, before b, after): the machine slowed 1.5x after row a.
+    machine = ScriptedMachine([1.0, 1.5, 1.5, 1.5])
+    rows = {"a": scripted_row([1.0, 1.5]), "b": scripted_row([1.5, 1.5])}
     lines = []
-    results = rounds.run_rounds(rows, 2, log=lines.append, steady=ScriptedMachine([1.0]))
-    assert [r["step_s"] for r in results["a"]] == [1.0, 1.05]  # the 2.0 was timed again
-    assert [r["retries"] for r in results["a"]] == [0, 1]
-    assert any("timing it again (1/3)" in line for line in lines)
+    results = rounds.run_rounds(rows, 1, log=lines.append, steady=machine)
+    assert [(r["step_s"], r["retries"]) for r in results["a"] + results["b"]] == [
+        (1.5, 1), (1.5, 1)]
+    assert "timing it again (1/3)" in lines[0]
+
+
+def test_a_round_inside_one_slow_phase_counts_as_it_is():
+    # Every probe 1.5x slower than the machine can be: one phase, so nothing is timed again.
+    machine = ScriptedMachine([1.5])
+    rows = {"a": scripted_row([1.5, 1.5]), "b": scripted_row([3.0, 3.0])}
+    results = rounds.run_rounds(rows, 2, log=lambda line: None, steady=machine)
+    assert [r["retries"] for r in results["a"] + results["b"]] == [0, 0, 0, 0]
+    assert rounds.compare(results["a"], results["b"])["ratio"] == 2.0
 
 
 def test_retries_are_bounded_and_the_last_timing_is_kept():
-    rows = {"a": scripted_row([1.0] + [3.0] * 10)}
+    machine = ScriptedMachine([1.0, 2.0] * 10, max_retries=2)
     lines = []
-    results = rounds.run_rounds(rows, 2, log=lines.append,
-                                steady=ScriptedMachine([1.0], max_retries=2))
-    assert [r["step_s"] for r in results["a"]] == [1.0, 3.0]
-    assert results["a"][1]["retries"] == 2
-    slowed = [line for line in lines if "slowed down" in line]
-    assert len(slowed) == 3 and slowed[-1].endswith("kept: no retries left")
-
-
-def test_a_slow_probe_makes_the_row_wait_and_its_round_count_as_disturbed():
-    # Probes: before a (fast), before b (slow, then fast after a 0.5 s wait), then fast.
-    machine = ScriptedMachine([1.0, 2.0, 1.0], max_wait_s=5.0)
-    rows = {"a": scripted_row([1.0, 1.1]), "b": scripted_row([1.0, 1.2])}
-    lines = []
-    results = rounds.run_rounds(rows, 1, log=lines.append, steady=machine)
-    # The slow phase fell between the round's rows, so the round was timed again.
-    assert [(r["step_s"], r["retries"]) for r in results["a"] + results["b"]] == [
-        (1.1, 1), (1.2, 1)]
-    assert "timing it again (1/3)" in lines[0]
+    results = rounds.run_rounds({"a": scripted_row([1.0, 2.0, 3.0])}, 1, log=lines.append,
+                                steady=machine)
+    assert [(r["step_s"], r["retries"]) for r in results["a"]] == [(3.0, 2)]
+    changed = [line for line in lines if "speed changed" in line]
+    assert len(changed) == 3 and changed[-1].endswith("kept: no retries left")
+    assert "timed again because the machine's speed changed during them: 1" in (
+        rounds.steady_line([results["a"]]))
 
 
 def test_compare_gives_the_ratio_of_medians_and_a_verdict_from_the_per_round_ratios():
