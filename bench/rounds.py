@@ -90,10 +90,10 @@ class RowProcess:
 class SteadyMachine:
     """Keeps each round of timings inside one speed phase of the machine.
 
-    The hosts of this kind of machine change its speed in phases of seconds to minutes: a fixed
+    The hosts of this kind of machine change its speed in phases: a fixed
     single-threaded computation took 1.74x as long for 5-30 s at a time, once or twice a minute,
     on one host (2026-12-05, the AVX512_BF16 EPYC), and 1.5x as long for 70% of the time, in
-    phases of 2-30 s, on another (the same day, an AVX2 EPYC); the process's CPU time grows with
+    phases of 0.2-12 s, on another (the same day, an AVX2 EPYC); the process's CPU time grows with
     its wall time, so CPU seconds do not undo it. A round whose rows ran in different phases
     gets a ratio the code did not make. So a short probe runs before each row and after the
     round, and a round whose probes differ by more than `tolerance` is timed again, at most
