@@ -1,7 +1,8 @@
 """The model's elementwise pieces against TensorFlow's own, forward and backward, at BERT-base's
 shapes (batch 4, seq 128): GELU on [512, 3072], dropout on the [4, 12, 128, 128] attention
-probabilities and the masked-LM loss on [4, 20, 30522] float32 logits. Rows are timed in interleaved rounds (bench/rounds.py):
-milliseconds per forward+backward, median (min-max), and a VERDICT per piece.
+probabilities and the masked-LM loss on [4, 20, 30522] float32 logits. Rows are timed in
+interleaved rounds (bench/rounds.py): milliseconds per forward+backward, median (min-max), and
+a VERDICT per piece.
 
     .venv/bin/python bench/model_pieces.py [--dtypes bfloat16,float32] [--rounds 5]
 

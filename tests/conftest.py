@@ -3,6 +3,7 @@ subprocess with the project's interpreter, and how tests share what is costly to
 (built_once) when pytest-xdist runs them in parallel (tests/README.md, "Speed")."""
 
 import fcntl
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,6 +15,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BERT_TF_SHARED_DATA", REPO.parent / "shared" / "data"))
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def bench_module(name):
+    """A bench/ script imported as a module (its main() not run), with bench/ on sys.path
+    while it loads, for the siblings it imports (common, rounds)."""
+    bench = str(REPO / "bench")
+    sys.path.insert(0, bench)
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(bench)
 
 
 def pytest_configure(config):

@@ -2,25 +2,9 @@
 plain functions returning scripted step times, and the machine's probe is scripted, so each
 case is deterministic; what is tested is the bookkeeping that decides which timings count."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from conftest import bench_module
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _load(name):
-    sys.path.insert(0, str(BENCH))  # rounds imports its sibling `common`
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-rounds = _load("rounds")
+rounds = bench_module("rounds")
 
 
 class ScriptedMachine(rounds.SteadyMachine):

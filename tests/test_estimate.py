@@ -2,13 +2,12 @@
 the arithmetic, checked against numbers worked out by hand, and the command line."""
 
 import dataclasses
-import importlib.util
 import json
 import math
 import shlex
 
 import pytest
-from conftest import PYTHON, REPO, run_command
+from conftest import PYTHON, REPO, bench_module, run_command
 
 from bert_tf.model.config import BertConfig
 from bert_tf.tools import device_memory, estimate, hardware, model_size, performance, plan, recipe
@@ -62,14 +61,6 @@ def test_training_flops_by_hand_for_bert_base_and_large():
     large_layer = 2 * 512 * (4 * 1024**2 + 2 * 1024 * 4096) + 4 * 512**2 * 1024
     large = 3 * (24 * large_layer + 2 * 1024**2 + 2 * 80 * (1024**2 + 1024 * 30522))
     assert model_size.training_flops_per_sequence(LARGE, 512, 80) == large == 1_020_534_128_640
-
-
-def bench_module(name):
-    """A bench/ script imported as a module (its main() not run)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def hand_count(config, seq, predictions, batch, xla):

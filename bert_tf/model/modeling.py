@@ -552,16 +552,17 @@ def cross_entropy_and_predictions(labels, logits):
       (negative log-likelihood float32 [...], argmax int32 [...]).
     """
     predictions = tf.argmax(logits, -1, output_type=tf.int32)
+    batch_dims = len(labels.shape)
 
     @tf.custom_gradient
     def negative_log_likelihood(logits):
         probs = tf.nn.softmax(logits)
-        top = tf.gather(logits, predictions, batch_dims=len(labels.shape))
-        log_sum_exp = top - tf.math.log(tf.gather(probs, predictions, batch_dims=len(labels.shape)))
+        top = tf.gather(logits, predictions, batch_dims=batch_dims)
+        log_sum_exp = top - tf.math.log(tf.gather(probs, predictions, batch_dims=batch_dims))
 
         def gradient(upstream):
             return upstream[..., tf.newaxis] * (probs - tf.one_hot(labels, tf.shape(logits)[-1]))
-        return log_sum_exp - tf.gather(logits, labels, batch_dims=len(labels.shape)), gradient
+        return log_sum_exp - tf.gather(logits, labels, batch_dims=batch_dims), gradient
     return negative_log_likelihood(logits), predictions
 
 

@@ -99,8 +99,9 @@ def activation_bytes_per_sequence(config: BertConfig, seq_length, max_prediction
     where_v2, whose gradient reads only the condition); LayerNorm casts its input to float32
     and its unfused ops keep the input, x - mean and the normalised x; the GELU's gradient
     recomputes from its input, so it keeps that and its output for the next matmul. XLA fuses
-    the elementwise chains: one float32 LayerNorm input is what it keeps. Plus the gradients of one layer's attention alive
-    during its backward pass (float32 probabilities' gradient and the scores' gradient)."""
+    the elementwise chains: one float32 LayerNorm input is what it keeps. Plus the gradients
+    of one layer's attention alive during its backward pass (float32 probabilities' gradient
+    and the scores' gradient)."""
     if precision not in PRECISION_MODES:
         raise ValueError(f"precision must be one of {', '.join(PRECISION_MODES)}, "
                          f"got {precision!r}")
