@@ -218,7 +218,7 @@ def _mask_for_gradient(features, segments, tokenizer, max_predictions, rng):
 
 
 def make_attention_fn(model):
-    @tf.function
+    @tf.function(autograph=False)
     def attention(input_ids, input_mask, segment_ids):
         outputs = model.bert(input_ids, input_mask, segment_ids, return_attention=True)
         return tf.stack(outputs.attention_probs)  # [layers, B, heads, S, S]
@@ -229,7 +229,7 @@ def make_gradient_fn(model):
     """d (summed masked-LM loss) / d attention probabilities, per layer. The
     model's returned attention_probs are the tensors its context matmul uses,
     so the tape differentiates through them directly."""
-    @tf.function
+    @tf.function(autograph=False)
     def gradient(features):
         with tf.GradientTape() as tape:
             outputs = model(features, return_attention=True)

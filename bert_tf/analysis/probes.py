@@ -250,7 +250,7 @@ def train(probe, batches, settings, seed, dev_batches=None):
     optimizer = Adam(variables, settings.learning_rate)
     l2 = tf.constant(settings.l2, tf.float32)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def step(batch):
         with tf.GradientTape() as tape:
             loss = _loss(probe, batch, l2)
@@ -384,7 +384,7 @@ def classifier_accuracy(train_x, train_y, eval_x, eval_y, num_classes, steps,
     variables = classifier.trainable_variables
     optimizer = Adam(variables, learning_rate)
 
-    @tf.function
+    @tf.function(autograph=False)
     def step():
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(

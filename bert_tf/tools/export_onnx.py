@@ -78,7 +78,7 @@ def export(source: ExportSource, directory: str) -> None:
     signature = [tf.TensorSpec(spec.shape, spec.dtype, name)
                  for name, spec in id_signature().items()]
 
-    @tf.function(input_signature=signature)
+    @tf.function(input_signature=signature, autograph=False)
     def encode(input_word_ids, input_mask, input_type_ids):
         return module.encode({"input_word_ids": input_word_ids, "input_mask": input_mask,
                               "input_type_ids": input_type_ids})

@@ -50,14 +50,15 @@ class ServingModule(tf.Module):
         self.cls_id, self.sep_id = vocab.index("[CLS]"), vocab.index("[SEP]")
         self.tokenizer = GraphTokenizer(vocab, source.do_lower_case) if source.raw_text else None
         self.vocab_asset = tf.saved_model.Asset(source.vocab_file)
-        self.forward = tf.function(self._forward, jit_compile=jit_compile)
+        self.forward = tf.function(self._forward, jit_compile=jit_compile, autograph=False)
         # Only the functions this kind of model has: saving traces every one it finds.
         if self.tokenizer is not None:
             self.serve_text = tf.function(
-                self._serve_text, input_signature=[tf.TensorSpec([None], tf.string, "text")])
+                self._serve_text, input_signature=[tf.TensorSpec([None], tf.string, "text")],
+                autograph=False)
             if self.kind == "tagger":
                 self.tag_words = tf.function(self._tag_words, input_signature=[
-                    tf.TensorSpec([None, None], tf.string, "words")])
+                    tf.TensorSpec([None, None], tf.string, "words")], autograph=False)
 
     def _forward(self, input_word_ids, input_mask, input_type_ids) -> dict:
         if self.kind == "encoder":
@@ -70,14 +71,14 @@ class ServingModule(tf.Module):
         return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
                 "label_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}
 
-    @tf.function(input_signature=[id_signature()])
+    @tf.function(input_signature=[id_signature()], autograph=False)
     def __call__(self, inputs):
         """TF Hub's BERT call: the dict of ID_INPUTS -> the outputs (with `default`)."""
         outputs = self.forward(*(inputs[name] for name in ID_INPUTS))
         default = outputs.get("pooled_output", outputs.get("probabilities"))
         return {**outputs, "default": default}
 
-    @tf.function(input_signature=[id_signature()])
+    @tf.function(input_signature=[id_signature()], autograph=False)
     def encode(self, inputs):
         outputs = self.forward(*(inputs[name] for name in ID_INPUTS))
         outputs.pop("encoder_outputs", None)  # a list: signatures return flat dicts

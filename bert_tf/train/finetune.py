@@ -59,7 +59,8 @@ class FinetuningState(TrainState):
                 else BertForSequenceClassification)
         model = head(bert_config, num_labels, precision.compute_dtype(config.precision))
         super().__init__(model, config, CLASSIFICATION_SUMS, name="finetuning")
-        self.predicted_ids = tf.function(self._predicted_ids, jit_compile=config.use_xla)
+        self.predicted_ids = tf.function(self._predicted_ids, jit_compile=config.use_xla,
+                                         autograph=False)
 
     def loss_sums(self, features, dropout_seed) -> dict:
         logits = self.model(features, training=True, dropout_seed=dropout_seed)

@@ -19,7 +19,7 @@ def evaluate(model, config: PretrainingConfig, files, masking=None) -> dict:
         max_predictions_per_seq=config.max_predictions_per_seq, is_training=False,
         rank=rank, num_ranks=num_ranks, seed=config.seed, dynamic_masking=masking)
 
-    @tf.function(jit_compile=config.use_xla)
+    @tf.function(jit_compile=config.use_xla, autograph=False)
     def eval_sums(features):
         sums = pretraining_loss(model(features, training=False), features)
         return tf.stack([sums[name] for name in METRIC_SUMS])

@@ -32,6 +32,7 @@ to stop, at no extra collective.
 """
 
 import dataclasses
+import functools
 
 import tensorflow as tf
 
@@ -86,13 +87,17 @@ class TrainState(tf.Module):
         self.set_accumulation_steps(config.num_accumulation_steps)
         self.metric_sums = tf.Variable(tf.zeros([len(self.metric_names)]), trainable=False)
         self.decay_power = optimization.decay_power(config.optimizer_type)
-        self.gradients = tf.function(self._gradients, jit_compile=config.use_xla)
-        self.accumulate = tf.function(self._accumulate, jit_compile=config.use_xla)
-        self.apply_update = tf.function(self._apply_update)
+        # Without AutoGraph: nothing here branches on a tensor but the one tf.cond in
+        # _apply_update, and converting the model's and optimizer's Python took 2.3 of a
+        # process's 16.3 s start (bench/README.md, "Start-up").
+        graph = functools.partial(tf.function, autograph=False)
+        self.gradients = graph(self._gradients, jit_compile=config.use_xla)
+        self.accumulate = graph(self._accumulate, jit_compile=config.use_xla)
+        self.apply_update = graph(self._apply_update)
         # Called from apply_update after the allreduce, so it can be compiled: XLA fuses the
         # optimizer's per-variable elementwise passes (LAMB, BERT-base, CPU: 1.40 -> 1.51
         # sequences/s, bench/train_step.py as reported in bench/README.md).
-        self.apply_optimizer = tf.function(self.optimizer.apply, jit_compile=config.use_xla)
+        self.apply_optimizer = graph(self.optimizer.apply, jit_compile=config.use_xla)
 
     def set_accumulation_steps(self, steps: int) -> None:
         """Micro-batches per update from now on (an elastic run's world size changed)."""
@@ -185,9 +190,11 @@ class TrainState(tf.Module):
         learning_rate = optimization.learning_rate_at(
             self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
             num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
-        if finite:
+        def step():
             self.apply_optimizer(clipped, learning_rate, self.global_step)
             self.global_step.assign_add(1)
+
+        tf.cond(finite, step, lambda: None)
         self.loss_scale.update(finite)
         return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
                 "grad_norm": grad_norm, "loss_scale": loss_scale,
