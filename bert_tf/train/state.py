@@ -88,8 +88,8 @@ class TrainState(tf.Module):
         self.metric_sums = tf.Variable(tf.zeros([len(self.metric_names)]), trainable=False)
         self.decay_power = optimization.decay_power(config.optimizer_type)
         # Without AutoGraph: nothing here branches on a tensor but the one tf.cond in
-        # _apply_update, and converting the model's and optimizer's Python took 2.3 of a
-        # process's 16.3 s start (bench/README.md, "Start-up").
+        # _apply_update, and converting the model's and optimizer's Python made a short run
+        # 18.1 s where it is 14.7 s (bench/startup.py in bench/README.md, "Start-up").
         graph = functools.partial(tf.function, autograph=False)
         self.gradients = graph(self._gradients, jit_compile=config.use_xla)
         self.accumulate = graph(self._accumulate, jit_compile=config.use_xla)
