@@ -190,11 +190,12 @@ class TrainState(tf.Module):
         learning_rate = optimization.learning_rate_at(
             self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
             num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
-        def step():
+
+        def take_the_step():
             self.apply_optimizer(clipped, learning_rate, self.global_step)
             self.global_step.assign_add(1)
 
-        tf.cond(finite, step, lambda: None)
+        tf.cond(finite, take_the_step, lambda: None)  # else no weight, slot or step changes
         self.loss_scale.update(finite)
         return {"finite": finite, "metric_sums": metric_sums, "learning_rate": learning_rate,
                 "grad_norm": grad_norm, "loss_scale": loss_scale,
