@@ -11,7 +11,6 @@ and prints "ours / baseline". Records come from ../shared/data/corpora/sample_te
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,6 @@ import rounds  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
-              "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 TINY_BERT = ('{"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, '
              '"num_attention_heads": 2, "intermediate_size": 128, "max_position_embeddings": 64}')
 
@@ -35,17 +32,18 @@ def make_records(directory: Path) -> tuple[Path, Path]:
     config, records = directory / "bert_config.json", directory / "train.tfrecord"
     config.write_text(TINY_BERT)
     subprocess.run([sys.executable, REPO / "create_pretraining_data.py",
-                    f"--input_file={SHARED / 'corpora' / 'sample_text.txt'}", f"--output_file={records}",
+                    f"--input_file={SHARED / 'corpora' / 'sample_text.txt'}",
+                    f"--output_file={records}",
                     f"--vocab_file={SHARED / 'vocab' / 'bert-base-uncased.txt'}",
                     "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=2",
                     "--noprogress"], check=True, capture_output=True,
-                   env={**os.environ, **ONE_THREAD})
+                   env=common.set_thread_env(1))
     return config, records
 
 
 def process_row(checkout: Path, config: Path, records: Path, output: Path, updates: int):
     """measure(round_index) for rounds.run_rounds: one whole run_pretraining.py process."""
-    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(checkout)}
+    env = {**common.set_thread_env(1), "PYTHONPATH": str(checkout)}
     command = [sys.executable, checkout / "run_pretraining.py", "--do_train",
                f"--bert_config_file={config}", f"--input_files={records}",
                "--train_batch_size=8", "--max_seq_length=64", "--max_predictions_per_seq=10",
@@ -81,9 +79,11 @@ def main():
         rows = {name: process_row(path, config, records, tmp / name, args.updates)
                 for name, path in checkouts.items()}
         results = rounds.run_rounds(rows, args.rounds)
-    table = [[name, f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"]
-             for name, s in ((name, rounds.row_summary(records, 1)["step_s"])
-                             for name, records in results.items())]
+    table = []
+    for name, records in results.items():
+        seconds = rounds.row_summary(records, 1)["step_s"]
+        table.append([name, f"{seconds['median']:.2f} ({seconds['min']:.2f}-"
+                            f"{seconds['max']:.2f})"])
     print(common.markdown_table(["checkout", "s per process, median (min-max)"], table))
     print(rounds.steady_line(results.values()))
     if args.baseline:
