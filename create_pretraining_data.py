@@ -27,6 +27,7 @@ class CreatePretrainingDataConfig:
     short_seq_prob: float = 0.1
     num_workers: int = 1
     dynamic_masking: bool = False
+    next_sentence_prediction: bool = True
     progress: bool = True
 
     def instance_config(self) -> pretraining_data.InstanceConfig:
@@ -35,7 +36,8 @@ class CreatePretrainingDataConfig:
             max_predictions_per_seq=self.max_predictions_per_seq,
             masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
             dupe_factor=self.dupe_factor, do_whole_word_mask=self.do_whole_word_mask,
-            random_seed=self.random_seed, dynamic_masking=self.dynamic_masking)
+            random_seed=self.random_seed, dynamic_masking=self.dynamic_masking,
+            next_sentence_prediction=self.next_sentence_prediction)
 
 
 def define_flags():
@@ -53,6 +55,7 @@ def define_flags():
     flags.DEFINE_integer("max_predictions_per_seq", d["max_predictions_per_seq"],
                          "Maximum number of masked LM predictions per sequence.")
     shared_flags.define_instance_flags(d)
+    shared_flags.define_next_sentence_flag(d)
     flags.DEFINE_bool("dynamic_masking", d["dynamic_masking"],
                       "Write unmasked records (masked_lm_* all zero) for masking in the input "
                       "pipeline at every step (RoBERTa style, input_pipeline.DynamicMasking).")

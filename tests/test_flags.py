@@ -105,6 +105,12 @@ PRETRAINING = {
     'use_xla': ('BooleanParser', None, False),
     'vocab_file': ('ArgumentParser', None, ''),
     'weight_decay_rate': ('FloatParser', None, 0.01),
+    # The budget recipe's options (issue 44, docs/budget.md).
+    'dropout': ('BooleanParser', None, True),
+    'learning_rate_schedule': ('EnumParser', ['poly', 'triangle'], 'poly'),
+    'masked_lm_prob': ('FloatParser', None, 0.15),  # doctor's own flag before issue 44
+    'max_train_time': ('ArgumentParser', None, ''),
+    'next_sentence_prediction': ('BooleanParser', None, True),
 }
 FINETUNING = {
     'bert_config_file': ('ArgumentParser', None, None),
@@ -177,6 +183,7 @@ EXPECTED = {
         'vocab_size': ('IntegerParser', None, 30522),
     },
     'create_pretraining_data.py': {
+        'next_sentence_prediction': ('BooleanParser', None, True),  # issue 44
         # None since issue 34: the vocab's tokenizer spec decides.
         'do_lower_case': ('BooleanParser', None, None),
         'allow_dictionary_mismatch': ('BooleanParser', None, False),
@@ -204,7 +211,6 @@ EXPECTED = {
     'doctor': {**PRETRAINING,
         'gpu_memory_gb': ('FloatParser', None, None),
         'hosts': ('ListParser', None, None),
-        'masked_lm_prob': ('FloatParser', None, 0.15),
         'network_interface': ('ListParser', None, None),
         'remote_python': ('ArgumentParser', None, sys.executable),
         'ssh_identity_file': ('ArgumentParser', None, None),

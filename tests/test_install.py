@@ -5,10 +5,9 @@ distribution's requirements met (issue 45: tensorflow-text and tf_keras pulled P
 import importlib.metadata
 import re
 
+from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-from conftest import REPO
 
 # Distributions that unpack into site-packages/tensorflow.
 TENSORFLOW_DISTRIBUTIONS = {"tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly",

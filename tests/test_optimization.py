@@ -155,13 +155,24 @@ def test_schedule_warms_up_linearly_then_decays_polynomially(optimizer_type, pow
     assert optimization.decay_power(optimizer_type) == power
 
     def lr(step):
-        return float(optimization.learning_rate_at(step, peak=1e-3, num_train_steps=100,
-                                                   num_warmup_steps=10, power=power))
+        return float(optimization.learning_rate_at(step / 100, peak=1e-3, warmup=0.1,
+                                                   power=power))
 
     np.testing.assert_allclose([lr(0), lr(5), lr(9)], [0.0, 5e-4, 9e-4], rtol=1e-6)
     for step in (10, 50, 99):
         np.testing.assert_allclose(lr(step), 1e-3 * (1 - step / 100) ** power, rtol=1e-5)
     assert lr(100) == 0.0 and lr(150) == 0.0
+
+
+def test_triangle_schedule_is_crammings_budget_triangle():
+    """From a quarter of the peak up to it at 3/4 of the run, then linearly to 0 (Cramming's
+    get_budget_triangle, base_percentage=0.25, falloff=0.25)."""
+    def lr(progress):
+        return float(optimization.learning_rate_at(progress, peak=1.0, warmup=0.0, power=1.0,
+                                                   schedule="triangle"))
+
+    np.testing.assert_allclose([lr(0), lr(0.375), lr(0.75), lr(0.875), lr(1.0), lr(1.5)],
+                               [0.25, 0.625, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
 
 
 def test_unscale_and_clip():

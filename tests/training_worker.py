@@ -26,7 +26,7 @@ from bert_tf.data import input_pipeline
 from bert_tf.model.config import BertConfig
 from bert_tf.train import distributed
 from bert_tf.train.config import PretrainingConfig
-from bert_tf.train.loop import PretrainingState, update_metrics
+from bert_tf.train.loop import PretrainingState
 
 HALF_BATCH = 4
 UPDATES = 3
@@ -102,7 +102,7 @@ def main():
         if i == 1 and rank == 1:
             grads[3] += np.inf
         before = flat_weights(state)
-        metrics = update_metrics(state.apply_update(grads, metric_sums))
+        metrics = state.update_metrics(state.apply_update(grads, metric_sums))
         log.append({"update": i, "finite": metrics["finite"],
                     "global_step": int(state.global_step.numpy()),
                     "loss_scale_used": metrics["loss_scale"],

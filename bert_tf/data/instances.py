@@ -1,5 +1,8 @@
-"""Google's segment pairs for pretraining instances (create_instances_from_document), as
-offsets into a shard's flat token ids, and the [CLS] A [SEP] B [SEP] id arrays built from them."""
+"""Pretraining instances as offsets into a shard's flat token ids: Google's segment pairs
+(create_instances_from_document) or, without next-sentence prediction, full-length windows of
+each document; and the [CLS] A [SEP] B [SEP] (or [CLS] A [SEP]) id arrays built from them."""
+
+import itertools
 
 import numpy as np
 
@@ -53,6 +56,31 @@ def create_pairs(sentence_starts, sentence_ends, doc_ranges, config, rng, stats)
     return np.asarray(pairs, np.int64).reshape(-1, 5)
 
 
+def create_windows(sentence_starts, sentence_ends, doc_ranges, config, rng):
+    """Each document's tokens cut into windows of max_seq_length - 2 ([CLS] window [SEP]), for
+    masked-LM-only pretraining: no padding but at a document's end, no sentence pair (RoBERTa's
+    DOC-SENTENCES input, Liu et al. 2019, Table 2: no worse than pairs without NSP). Every pass
+    after the first starts its windows at a random offset, so `dupe_factor` passes cut the text
+    in different places.
+
+    Returns int64 array [n, 5] in create_pairs' layout: a_start, a_end, b_start = b_end = a_end
+    (no segment B) and is_random_next = 0.
+    """
+    window = config.max_seq_length - 2
+    windows = []  # (start, end) offsets
+    for dupe in range(config.dupe_factor):
+        for first, stop in doc_ranges:
+            begin, end = int(sentence_starts[first]), int(sentence_ends[stop - 1])
+            offset = rng.randrange(window) if dupe else 0
+            cuts = [begin, *range(begin + offset if offset else begin + window, end, window), end]
+            windows += [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
+    pairs = np.zeros([len(windows), 5], np.int64)
+    if windows:
+        pairs[:, :2] = windows
+        pairs[:, 2] = pairs[:, 3] = pairs[:, 1]
+    return pairs
+
+
 def _truncate_pair(a_start, a_end, b_start, b_end, is_random_next, max_num_tokens, rng, stats):
     """Google's truncate_seq_pair in closed form: tokens leave the longer segment (B on ties) one
     at a time, each from its front or back with probability 1/2."""
@@ -73,10 +101,10 @@ def _truncate_pair(a_start, a_end, b_start, b_end, is_random_next, max_num_token
 
 
 def assemble_tokens(flat, pairs, tokenizer, max_seq_length, flat_word_starts=None):
-    """[CLS] A [SEP] B [SEP] + padding for every pair at once -> (input_ids, segment_ids,
-    lengths, word_starts) with input_ids/segment_ids int64 [n, S]; word_starts (bool [n, S],
-    whether each position begins a word; None without flat_word_starts) for whole-word
-    masking."""
+    """[CLS] A [SEP] B [SEP] ([CLS] A [SEP] where B is empty: create_windows) + padding for
+    every pair at once -> (input_ids, segment_ids, lengths, word_starts) with
+    input_ids/segment_ids int64 [n, S]; word_starts (bool [n, S], whether each position begins
+    a word; None without flat_word_starts) for whole-word masking."""
     position = np.arange(max_seq_length)[None, :]
     a_start, a_end, b_start, b_end = (pairs[:, k:k + 1] for k in range(4))
     len_a, len_b = a_end - a_start, b_end - b_start
@@ -91,7 +119,8 @@ def assemble_tokens(flat, pairs, tokenizer, max_seq_length, flat_word_starts=Non
     input_ids[:, 0] = tokenizer.cls_id
     rows = np.arange(len(pairs))
     input_ids[rows, len_a[:, 0] + 1] = tokenizer.sep_id
-    input_ids[rows, (len_a + len_b)[:, 0] + 2] = tokenizer.sep_id
-    lengths = (len_a + len_b + 3)[:, 0]
+    has_b = len_b[:, 0] > 0
+    input_ids[rows[has_b], (len_a + len_b)[has_b, 0] + 2] = tokenizer.sep_id
+    lengths = (len_a + len_b + 2)[:, 0] + has_b
     segment_ids = ((position >= len_a + 2) & (position < lengths[:, None])).astype(np.int64)
     return input_ids, segment_ids, lengths, word_starts

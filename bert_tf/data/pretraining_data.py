@@ -35,7 +35,7 @@ from bert_tf.data.files import (
     expand_patterns,
     read_text,
 )
-from bert_tf.data.instances import assemble_tokens, create_pairs
+from bert_tf.data.instances import assemble_tokens, create_pairs, create_windows
 from bert_tf.data.masking import choose_masks
 from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.output_dir import check_output_dir
@@ -62,6 +62,8 @@ class InstanceConfig:
     random_seed: int = 12345
     # True: write unmasked records (masked_lm_* all zero) for input_pipeline.DynamicMasking.
     dynamic_masking: bool = False
+    # False: full-length windows of each document, one segment (instances.create_windows).
+    next_sentence_prediction: bool = True
 
     def validate(self):
         if self.max_seq_length < 5:
@@ -77,15 +79,15 @@ class InstanceConfig:
         check_number("short_seq_prob", self.short_seq_prob, at_least=0, at_most=1, error=error)
         check_number("dupe_factor", self.dupe_factor, at_least=1, integer=True, error=error)
         if self.dynamic_masking and (self.do_whole_word_mask or self.masked_lm_prob != 0.15):
-            # The records carry no masks: training chooses them with input_pipeline's
-            # DynamicMasking at 15%, so these would be ignored.
+            # The records carry no masks: training chooses them (input_pipeline's
+            # DynamicMasking), so these would be ignored.
             raise PretrainingDataError(
-                "--dynamic_masking writes unmasked records, and run_pretraining.py "
-                "--dynamic_masking masks with probability 0.15: it cannot honour "
+                "--dynamic_masking writes unmasked records, which run_pretraining.py "
+                "--dynamic_masking masks: here it cannot honour "
                 f"--do_whole_word_mask={self.do_whole_word_mask} / "
-                f"--masked_lm_prob={self.masked_lm_prob}. Drop those flags (pass "
-                "--do_whole_word_mask to run_pretraining.py), or write masked records (without "
-                "--dynamic_masking) to use them")
+                f"--masked_lm_prob={self.masked_lm_prob}. Pass those flags to "
+                "run_pretraining.py instead, or write masked records (without "
+                "--dynamic_masking) to use them here")
 
 
 # --------------------------------------------------------------------------- reading + tokenizing
@@ -166,8 +168,12 @@ def process_shard(shard_index, input_path, part_paths, vocab_file, do_lower_case
         input_path, tokenizer, stats)
     rng = random.Random(f"{config.random_seed}:{shard_index}")
     np_rng = np.random.default_rng([config.random_seed, shard_index])
-    pairs = (create_pairs(sentence_starts, sentence_ends, doc_ranges, config, rng, stats)
-             if doc_ranges else np.zeros([0, 5], np.int64))
+    if not doc_ranges:
+        pairs = np.zeros([0, 5], np.int64)
+    elif config.next_sentence_prediction:
+        pairs = create_pairs(sentence_starts, sentence_ends, doc_ranges, config, rng, stats)
+    else:
+        pairs = create_windows(sentence_starts, sentence_ends, doc_ranges, config, rng)
     pairs = pairs[np_rng.permutation(len(pairs))]
     lengths_by_name = feature_lengths(config.max_seq_length, config.max_predictions_per_seq)
     writers = [tf.io.TFRecordWriter(path) for path in part_paths]

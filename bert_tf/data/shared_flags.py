@@ -48,6 +48,17 @@ def define_whole_word_mask_flag(defaults: dict) -> None:
                       "words in Japanese mode) instead of single pieces.")
 
 
+def define_next_sentence_flag(defaults: dict) -> None:
+    """--next_sentence_prediction: create_pretraining_data.py's records and run_pretraining.py's
+    loss (docs/budget.md)."""
+    flags.DEFINE_bool("next_sentence_prediction", defaults["next_sentence_prediction"],
+                      "Google's next-sentence prediction. false: create_pretraining_data.py "
+                      "writes each record as one full-length window of a document's tokens "
+                      "([CLS] tokens [SEP], RoBERTa's DOC-SENTENCES), and run_pretraining.py "
+                      "trains the masked LM alone (the next-sentence head stays in the "
+                      "checkpoint, untrained).")
+
+
 def define_worker_flags(defaults: dict) -> None:
     """--num_workers and --progress: how the work runs on this machine."""
     flags.DEFINE_integer("num_workers", defaults["num_workers"],

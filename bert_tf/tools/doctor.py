@@ -51,7 +51,6 @@ class DoctorConfig:
     """The doctor's flags, and the training run to check (None: no run_pretraining flag)."""
 
     gpu_memory_gb: float | None = None
-    masked_lm_prob: float = 0.15
     training: PretrainingConfig | None = None
     # --hosts: the cluster to preflight over ssh (define_host_flags).
     hosts: list[str] | None = None
@@ -78,9 +77,6 @@ def define_flags():
                        "Memory of one GPU in GiB as nvidia-smi reports it (memory.total / 1024) "
                        "for the memory check; default: the smallest GPU nvidia-smi reports.")
     define_host_flags()
-    flags.DEFINE_float("masked_lm_prob", DoctorConfig.masked_lm_prob,
-                       "Masked LM probability the data was created with (create_pretraining_data"
-                       ".py --masked_lm_prob), for the max_predictions_per_seq check.")
     define_pretraining_flags()
 
 
@@ -92,7 +88,6 @@ def config_from_flags(flag_values) -> DoctorConfig:
     config = bert_tf.config_from_flags(DoctorConfig, flag_values, training=training)
     if config.gpu_memory_gb is not None:
         check_number("gpu_memory_gb", config.gpu_memory_gb, above=0)
-    check_number("masked_lm_prob", config.masked_lm_prob, above=0, at_most=1)
     return config
 
 
@@ -117,7 +112,7 @@ def run(doctor: DoctorConfig, environ=None) -> int:
     if doctor.training is not None:
         config = doctor.training
         bert_config, flag_checks = config_checks(config)
-        checks += flag_checks + training_checks(config, bert_config, doctor.masked_lm_prob,
+        checks += flag_checks + training_checks(config, bert_config, config.masked_lm_prob,
                                                 gpu_memory(doctor, env, environ))
         checks.append(check_cpu_half_precision(config.precision, env.gpu_count, cpu_flags(),
                                                      config.use_xla))

@@ -33,6 +33,23 @@ PRECISION_MODES = {
 }
 PRECISIONS = tuple(PRECISION_MODES)
 OPTIMIZER_TYPES = ("lamb", "adamw")
+# poly: Google's and NVIDIA's warmup + polynomial decay; triangle: Cramming's one-cycle
+# (optimization.learning_rate_at).
+LEARNING_RATE_SCHEDULES = ("poly", "triangle")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d*)?)h)?(?:(\d+(?:\.\d*)?)m)?(?:(\d+(?:\.\d*)?)s?)?")
+
+
+def duration_seconds(text: str, flag: str = "max_train_time") -> float:
+    """Seconds of a duration such as "90s", "2.5m", "24h", "1h30m" or "600" (seconds); "" or
+    "0": no limit (0.0). A PretrainingConfigError names --flag for anything else."""
+    text = text.strip()
+    if text in ("", "0"):
+        return 0.0
+    match = _DURATION.fullmatch(text)
+    if not match or not any(match.groups()):
+        _fail(flag, f"got {text!r}, not a duration: write e.g. 90s, 2.5m, 10m, 24h or 1h30m")
+    hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def xla_cpu_float32_output_matmuls(precision: str) -> bool:
@@ -58,11 +75,17 @@ class PretrainingConfig:
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
     dynamic_masking: bool = False
+    # With dynamic_masking the rate training masks at; else the records' (doctor checks it).
+    masked_lm_prob: float = 0.15
+    next_sentence_prediction: bool = True
+    dropout: bool = True  # False: bert_config.json's dropout rates are 0 while pretraining
     do_whole_word_mask: bool = False  # with dynamic_masking: words of the vocab's splitter
     vocab_file: str = ""
     num_train_steps: int = 100_000
     num_warmup_steps: int = 10_000
     learning_rate: float = 5e-5
+    learning_rate_schedule: str = "poly"
+    max_train_time: str = ""  # a wall-clock budget (duration_seconds); "": none
     optimizer_type: str = "lamb"
     weight_decay_rate: float = 0.01
     num_accumulation_steps: int = 1
@@ -126,6 +149,16 @@ class PretrainingConfig:
         if self.max_predictions_per_seq > self.max_seq_length:
             _fail("max_predictions_per_seq", f"({self.max_predictions_per_seq}) cannot exceed "
                   f"--max_seq_length ({self.max_seq_length})")
+        check_number("masked_lm_prob", self.masked_lm_prob, above=0, below=1,
+                     error=PretrainingConfigError)
+        wanted = round(self.max_seq_length * self.masked_lm_prob)
+        if self.dynamic_masking and wanted > self.max_predictions_per_seq:
+            # records.num_to_predict would cap it silently: a 40% rate would train at 16%.
+            _fail("max_predictions_per_seq", f"({self.max_predictions_per_seq}) caps "
+                  f"--masked_lm_prob={self.masked_lm_prob} at {self.max_predictions_per_seq} of "
+                  f"{self.max_seq_length} tokens: use --max_predictions_per_seq={wanted}, "
+                  "here and in create_pretraining_data.py (the records' schema holds that many)")
+        duration_seconds(self.max_train_time)
 
     def _validate_optimization(self) -> None:
         check_number("learning_rate", self.learning_rate, above=0, error=PretrainingConfigError)
@@ -138,6 +171,8 @@ class PretrainingConfig:
         _check_patterns("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation)
         if self.optimizer_type not in OPTIMIZER_TYPES:
             _fail("optimizer_type", f"must be one of {', '.join(OPTIMIZER_TYPES)}")
+        if self.learning_rate_schedule not in LEARNING_RATE_SCHEDULES:
+            _fail("learning_rate_schedule", f"must be one of {', '.join(LEARNING_RATE_SCHEDULES)}")
         if self.precision not in PRECISIONS:
             _fail("precision", f"must be one of {', '.join(PRECISIONS)}")
 
@@ -272,7 +307,18 @@ def define_pretraining_flags() -> None:
                       "Choose the masked positions anew at every step (RoBERTa style) on "
                       "unmasked records from create_pretraining_data.py --dynamic_masking. "
                       "Needs --vocab_file.")
+    flags.DEFINE_float("masked_lm_prob", d["masked_lm_prob"],
+                       "Share of each sequence's tokens masked, at most --max_predictions_per_seq"
+                       " (15% in Google's BERT; 25-40% trains faster, docs/budget.md): with "
+                       "--dynamic_masking the rate training masks at, else the one the records "
+                       "were made with (create_pretraining_data.py --masked_lm_prob; doctor "
+                       "checks --max_predictions_per_seq against it).")
     shared_flags.define_whole_word_mask_flag(d)
+    shared_flags.define_next_sentence_flag(d)
+    flags.DEFINE_bool("dropout", d["dropout"],
+                      "Dropout while pretraining at bert_config.json's rates. false: none "
+                      "(Cramming's budget recipe, docs/budget.md); bert_config.json keeps its "
+                      "rates for fine-tuning.")
     _define_schedule_flags(d)
     flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"],
                          "Maximum eval batches per rank.")
@@ -302,7 +348,19 @@ def _define_schedule_flags(d: dict) -> None:
                          "Optimizer updates to train for (each is num_accumulation_steps "
                          "micro-batches on every rank).")
     flags.DEFINE_integer("num_warmup_steps", d["num_warmup_steps"],
-                         "Updates of linear learning-rate warmup.")
+                         "--learning_rate_schedule=poly: updates of linear learning-rate warmup "
+                         "(with --max_train_time: the same share of the budget).")
+    flags.DEFINE_enum("learning_rate_schedule", d["learning_rate_schedule"],
+                      LEARNING_RATE_SCHEDULES,
+                      "poly: linear warmup, then polynomial decay to 0 (Google, NVIDIA). "
+                      "triangle: from a quarter of --learning_rate up to it at 3/4 of the run, "
+                      "then linearly to 0 (Cramming's budget schedule, docs/budget.md).")
+    flags.DEFINE_string("max_train_time", d["max_train_time"],
+                        "A wall-clock budget for the updates (e.g. 10m, 2.5m, 24h, 1h30m): the "
+                        "schedule follows the share of it spent (or of --num_train_steps, "
+                        "whichever is further), and training ends with a checkpoint (and "
+                        "--do_eval) when it is spent. A resumed run keeps the time already "
+                        "spent. Empty: no budget.")
     flags.DEFINE_enum("optimizer_type", d["optimizer_type"], OPTIMIZER_TYPES,
                       "lamb (NVIDIA's recipes; poly decay power 0.5) or adamw (Google's "
                       "AdamWeightDecay; linear decay).")

@@ -54,6 +54,8 @@ class FinetuningConfig:
     # Google's fine-tuning rule; not flags. The step counts follow from the data and the
     # epochs (`with_schedule`).
     optimizer_type: str = "adamw"
+    learning_rate_schedule: str = "poly"
+    max_train_time: str = ""
     num_train_steps: int = 0
     num_warmup_steps: int = 0
 
@@ -143,5 +145,6 @@ def _define_tsv_flags(d: dict) -> None:
 def finetuning_config_from_flags(flag_values) -> FinetuningConfig:
     """A FinetuningConfig from parsed absl flags (call .validate() to check it)."""
     names = [f.name for f in dataclasses.fields(FinetuningConfig)
-             if f.name not in ("optimizer_type", "num_train_steps", "num_warmup_steps")]
+             if f.name not in ("optimizer_type", "learning_rate_schedule", "max_train_time",
+                               "num_train_steps", "num_warmup_steps")]
     return FinetuningConfig(**{name: getattr(flag_values, name) for name in names})

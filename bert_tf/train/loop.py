@@ -47,7 +47,6 @@ from bert_tf.model.modeling import (
     pretraining_loss,
 )
 from bert_tf.train import distributed, faults, precision
-from bert_tf.train import state as train_state
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 from bert_tf.train.elastic import train_elastic
 from bert_tf.train.faults import TrainingError
@@ -73,9 +72,13 @@ class PretrainingState(TrainState):
     mask weight plus the next-sentence loss normalised by its total examples."""
 
     def __init__(self, bert_config: BertConfig, config: PretrainingConfig):
+        if not config.dropout:  # the checkpoint's bert_config.json keeps its rates
+            bert_config = dataclasses.replace(bert_config, hidden_dropout_prob=0.0,
+                                              attention_probs_dropout_prob=0.0)
         model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
         super().__init__(model, config, METRIC_SUMS, name="pretraining",
                          exclude_from_layer_adaptation=config.exclude_from_layer_adaptation)
+        self.next_sentence_prediction = config.next_sentence_prediction
 
     def loss_sums(self, features, dropout_seed) -> dict:
         outputs = self.model(features, training=True, dropout_seed=dropout_seed)
@@ -83,8 +86,10 @@ class PretrainingState(TrainState):
 
     def objective(self, sums, totals):
         """totals = [mask weight, examples] of the update per micro-batch (TrainState)."""
-        return (tf.math.divide_no_nan(sums["mlm_loss_sum"], totals[0])
-                + tf.math.divide_no_nan(sums["nsp_loss_sum"], totals[1]))
+        mlm_loss = tf.math.divide_no_nan(sums["mlm_loss_sum"], totals[0])
+        if not self.next_sentence_prediction:
+            return mlm_loss
+        return mlm_loss + tf.math.divide_no_nan(sums["nsp_loss_sum"], totals[1])
 
     def local_totals(self, micro_batches) -> tf.Tensor:
         return tf.stack([
@@ -93,12 +98,10 @@ class PretrainingState(TrainState):
         ])
 
     def metrics_from_sums(self, sums) -> dict:
-        return metrics_from_sums(sums)
-
-
-def update_metrics(result) -> dict:
-    """Python numbers from a PretrainingState's apply_update result."""
-    return train_state.update_metrics(result, metrics_from_sums)
+        metrics = metrics_from_sums(sums)
+        if not self.next_sentence_prediction:  # the loss trained, not the untrained head's
+            metrics["loss"] = metrics["masked_lm_loss"]
+        return metrics
 
 
 # --------------------------------------------------------------------------- the run
@@ -170,7 +173,9 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
     num_ranks = distributed.size()
     sequences_per_update = (config.train_batch_size * config.num_accumulation_steps
                             * num_ranks)
-    report.log(f"training from step {state.step} to {config.num_train_steps}: {num_ranks} "
+    budget = (f" or {state.max_train_seconds:g} s of updates "
+              f"({float(state.train_seconds.numpy()):.0f} s spent)" if state.max_train_seconds else "")
+    report.log(f"training from step {state.step} to {config.num_train_steps}{budget}: {num_ranks} "
                f"rank(s) x {config.num_accumulation_steps} micro-batch(es) x "
                f"{config.train_batch_size} = {sequences_per_update} sequences per update, "
                f"{config.precision}, xla={config.use_xla}, "
@@ -185,9 +190,12 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
     if after_save is not None:
         plan.after_save = after_save
     outcome = train_loop(state, batches, config, report, plan)
+    if state.max_train_seconds and state.finished() and state.step < config.num_train_steps:
+        report.log(f"--max_train_time={config.max_train_time} spent at step {state.step}")
     summary = {**outcome.meter.summary(config.time_to_train_sequences),
                "global_step": state.step, "stopped_by": outcome.stopped_by,
                "ranks": num_ranks, "sequences_per_update": sequences_per_update,
+               "train_seconds": float(state.train_seconds.numpy()),
                "final_loss": outcome.metrics["loss"],
                "final_masked_lm_accuracy": outcome.metrics["masked_lm_accuracy"]}
     report.summary("train_summary", summary)
@@ -225,16 +233,18 @@ class LoopOutcome:
 
 
 def nothing_to_train(state, config, report: Reporter) -> bool:
-    """True (and says so) when a resumed run already reached --num_train_steps."""
-    if state.step < config.num_train_steps:
+    """True (and says so) when a resumed run already reached --num_train_steps or spent
+    --max_train_time."""
+    if not state.finished():
         return False
-    report.log(f"global_step {state.step} >= --num_train_steps: nothing to train")
+    report.log(f"global_step {state.step}, {float(state.train_seconds.numpy()):.0f} s spent: "
+                "--num_train_steps reached or --max_train_time spent, nothing to train")
     return True
 
 
 def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> LoopOutcome:
     """Updates `state` from `batches` (this rank's micro-batches from its input position on)
-    until config.num_train_steps. A SIGTERM/SIGINT to any rank stops every rank after the
+    until config.num_train_steps or the time budget (TrainState.finished). A SIGTERM/SIGINT to any rank stops every rank after the
     same update, with a checkpoint; see `_log_step_save` for logging and saving."""
     outcome = LoopOutcome(Throughput(plan.sequences_per_update))
     report.start_metrics(state.step)
@@ -245,7 +255,7 @@ def train_loop(state, batches, config, report: Reporter, plan: LoopPlan) -> Loop
         def stop_requested():
             return signals.received is not None
 
-        while state.step < config.num_train_steps and not outcome.stopped_by:
+        while not state.finished() and not outcome.stopped_by:
             outcome.metrics = outcome.meter.time(
                 lambda: faults.guarded_update(state, batches, config, stop_requested))
             watchdog.beat()
@@ -268,7 +278,7 @@ def _log_step_save(state, config, report: Reporter, plan: LoopPlan, outcome: Loo
     """Logs every --log_every_n_steps, runs plan.after_step and saves every
     plan.save_every_n_steps, each also after the last update; saves when stopping."""
     step = state.step
-    last = step == config.num_train_steps
+    last = state.finished()
     if finite and (step % config.log_every_n_steps == 0 or last):
         try:
             report.metrics({"step": step, **plan.log_fields(step),

@@ -24,10 +24,11 @@ them (`<var>/adam_m`, `<var>/adam_v`):
   ratio where it was (unlike apex's FusedLAMB, whose ratio follows the decay:
   there a rate of 0 turns LAMB into bias-corrected Adam).
 
-Schedule (`learning_rate_at`): linear warmup to the peak, then polynomial decay
-to 0 at `num_train_steps`, computed from step 0 exactly as Google's
-`polynomial_decay` is (so there is a small drop at the end of warmup). The
-power is 1.0 for AdamW (Google) and 0.5 for LAMB (NVIDIA's LAMB recipes).
+Schedule (`learning_rate_at`), of the share of the run done (of `num_train_steps`, or of a
+time budget): linear warmup to the peak, then polynomial decay to 0 at the end, computed from
+step 0 as Google's `polynomial_decay` is (so there is a small drop at the end of warmup). The
+power is 1.0 for AdamW (Google) and 0.5 for LAMB (NVIDIA's LAMB recipes). Or Cramming's
+triangle (the budget recipe, docs/budget.md).
 
 Gradients are clipped to global norm 1.0 by the caller before `apply`, once per
 update on the allreduced (global) gradient, as NVIDIA's TensorFlow 2 code does
@@ -64,16 +65,38 @@ def decay_power(optimizer_type: str) -> float:
     return 0.5 if optimizer_type == "lamb" else 1.0
 
 
-def learning_rate_at(step, *, peak: float, num_train_steps: int, num_warmup_steps: int,
-                     power: float) -> tf.Tensor:
-    """Learning rate for the update that follows `step` completed updates."""
-    step = tf.cast(step, tf.float32)
-    remaining = 1.0 - tf.minimum(step, float(num_train_steps)) / float(max(num_train_steps, 1))
-    decayed = peak * tf.pow(remaining, power)
-    if not num_warmup_steps:
+# --learning_rate_schedule=triangle: Cramming's "budget-triangle2" (Geiping & Goldstein 2022;
+# get_budget_triangle with base_percentage=0.25, falloff=0.25 in their
+# cramming/backend/optimizers/schedulers.py, chosen by config/train/bert-o4.yaml): from
+# TRIANGLE_START x peak up to the peak at TRIANGLE_PEAK_AT of the run, then linearly to 0.
+TRIANGLE_START, TRIANGLE_PEAK_AT = 0.25, 0.75
+
+
+def learning_rate_at(progress, *, peak: float, warmup: float, power: float,
+                     schedule: str = "poly") -> tf.Tensor:
+    """Learning rate for the update that follows `progress` of the run.
+
+    Args:
+      progress: the share of the run done (a float scalar): updates / num_train_steps, or,
+        with a time budget, the share of it spent when that is further along.
+      peak: the peak learning rate.
+      warmup: "poly": the share of the run warming up linearly from 0 (num_warmup_steps /
+        num_train_steps).
+      power: "poly": the decay power.
+      schedule: "poly" (Google's warmup and polynomial_decay from step 0, so with a small drop
+        at the end of warmup) or "triangle" (TRIANGLE_START, TRIANGLE_PEAK_AT).
+
+    Returns:
+      A float32 scalar, 0 from progress 1 on.
+    """
+    progress = tf.minimum(tf.cast(progress, tf.float32), 1.0)
+    if schedule == "triangle":
+        rising = TRIANGLE_START + progress * (1.0 - TRIANGLE_START) / TRIANGLE_PEAK_AT
+        return peak * tf.minimum(rising, (1.0 - progress) / (1.0 - TRIANGLE_PEAK_AT))
+    decayed = peak * tf.pow(1.0 - progress, power)
+    if not warmup:
         return decayed
-    warmup = peak * step / float(num_warmup_steps)
-    return tf.where(step < float(num_warmup_steps), warmup, decayed)
+    return tf.where(progress < warmup, peak * progress / warmup, decayed)
 
 
 def unscale_and_clip(grads, divisor=1.0):

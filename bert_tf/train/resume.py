@@ -16,9 +16,12 @@ from bert_tf.model import checkpoints
 from bert_tf.train import distributed, run_data
 from bert_tf.train.faults import TrainingError
 from bert_tf.train.report import Reporter
+from bert_tf.train.state import TRAIN_SECONDS
 
 # Saved beside the variables: [ranks, per-rank micro-batch, accumulation steps] of the run.
 RUN_LAYOUT = "run_layout"
+# Variables an older bert_tf's checkpoints lack: those resume with their initial value.
+OPTIONAL_ON_RESUME = (TRAIN_SECONDS,)
 
 
 def resume_or_initialise(state, config, report: Reporter, initialise,
@@ -47,9 +50,12 @@ def _restore_newest_readable(state, config, report: Reporter):
     """Restores the newest checkpoint that reads back; newer corrupt ones are set aside
     (`*.corrupt`) with a warning. Returns its prefix, or None without checkpoints."""
     corrupt = []
+    variables = state.checkpoint_variables()
+    optional = {name: variables.pop(name) for name in OPTIONAL_ON_RESUME if name in variables}
     for prefix in checkpoints.listed_checkpoints(config.output_dir):
         try:
-            checkpoints.restore(prefix, state.checkpoint_variables(), require_all=True)
+            checkpoints.restore(prefix, variables, require_all=True)
+            checkpoints.restore(prefix, optional)
         except checkpoints.CheckpointCorruptError as e:
             report.log(f"warning: {e}")
             corrupt.append(prefix)

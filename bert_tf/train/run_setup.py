@@ -69,7 +69,7 @@ def load_dynamic_masking(config: PretrainingConfig,
             "--dynamic_masking needs the vocab file the data was made with and the "
             "bert_config.json made for it")
     return input_pipeline.DynamicMasking.from_tokenizer(
-        tokenizer, whole_word=config.do_whole_word_mask)
+        tokenizer, masked_lm_prob=config.masked_lm_prob, whole_word=config.do_whole_word_mask)
 
 
 def validated_files(config: PretrainingConfig, flag: str, bert_config: BertConfig,

@@ -33,14 +33,19 @@ to stop, at no extra collective.
 
 import dataclasses
 import functools
+import time
 
 import tensorflow as tf
 
 from bert_tf.model.modeling import variables_by_name
 from bert_tf.train import distributed, optimization, precision
+from bert_tf.train.config import duration_seconds
 
 GLOBAL_STEP = "global_step"
 INPUT_POSITION = "input_batches_consumed"  # micro-batches this run's data has consumed per rank
+# Wall-clock seconds of the updates so far, rank 0's clock (--max_train_time). Checkpoints
+# written before it existed resume with 0 spent (resume.py).
+TRAIN_SECONDS = "train_seconds"
 
 
 class TrainState(tf.Module):
@@ -52,7 +57,8 @@ class TrainState(tf.Module):
       model: a module with `named_variables()` (bert_tf.model), called by `loss_sums`.
       config: any object with the training fields of PretrainingConfig (optimizer_type,
         weight_decay_rate, precision, seed, num_accumulation_steps, use_xla, fp16_allreduce,
-        learning_rate, num_train_steps, num_warmup_steps).
+        learning_rate, learning_rate_schedule, num_train_steps, num_warmup_steps,
+        max_train_time).
       metric_names: names of the sums `loss_sums` returns, in the order they are allreduced.
       name: the module's name.
       exclude_from_layer_adaptation: regexes of the variables LAMB gives no trust ratio.
@@ -78,6 +84,10 @@ class TrainState(tf.Module):
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name=GLOBAL_STEP)
         self.input_position = tf.Variable(0, dtype=tf.int64, trainable=False,
                                           name=INPUT_POSITION)
+        self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False,
+                                         name=TRAIN_SECONDS)
+        self.max_train_seconds = duration_seconds(config.max_train_time)
+        self._clock = None  # when this process's previous update began (time.monotonic)
         # Gradient sums over an update's micro-batches (none needed for one micro-batch).
         self.accumulators = []
         # The divisor of the accumulated gradients, read when apply_update runs: a value
@@ -136,7 +146,8 @@ class TrainState(tf.Module):
     def checkpoint_variables(self) -> dict[str, tf.Variable]:
         return {**self.params, **self.optimizer.slots_by_name(),
                 **self.loss_scale.variables_by_name(),
-                GLOBAL_STEP: self.global_step, INPUT_POSITION: self.input_position}
+                GLOBAL_STEP: self.global_step, INPUT_POSITION: self.input_position,
+                TRAIN_SECONDS: self.train_seconds}
 
     def micro_batches_per_update(self) -> int:
         """K: the micro-batches of one update on all ranks."""
@@ -169,9 +180,11 @@ class TrainState(tf.Module):
             else:
                 accumulator.assign_add(grad)
 
-    def _apply_update(self, grads, metric_sums, stop_requested=False):
+    def _apply_update(self, grads, metric_sums, stop_requested=False, chief_seconds=0.0):
         """Allreduces the update's gradients, then steps unless one is non-finite. The result's
-        `stop_requested` is true on every rank when `stop_requested` was on any."""
+        `stop_requested` is true on every rank when `stop_requested` was on any.
+        `chief_seconds`: on rank 0, the wall time since its previous update began (0 on the
+        others), added to train_seconds on every rank, so all follow one clock."""
         config = self.config
         loss_scale = self.loss_scale.scale.read_value()
         divisor = loss_scale * self.accumulation_divisor
@@ -183,13 +196,15 @@ class TrainState(tf.Module):
         # the same average in one pass less over memory. A non-finite local gradient stays
         # non-finite in the average, so every rank skips the same update.
         grads = distributed.allreduce_mean(grads, fp16_compression=config.fp16_allreduce)
-        (sums_and_stops,) = distributed.allreduce_sum(
-            [tf.concat([metric_sums, [tf.cast(stop_requested, tf.float32)]], axis=0)])
-        metric_sums, stop_requests = sums_and_stops[:-1], sums_and_stops[-1]
+        (sums_and_stops,) = distributed.allreduce_sum([tf.concat(
+            [metric_sums, [tf.cast(stop_requested, tf.float32), chief_seconds]], axis=0)])
+        metric_sums, stop_requests = sums_and_stops[:-2], sums_and_stops[-2]
+        self.train_seconds.assign_add(tf.cast(sums_and_stops[-1], tf.float64))
         clipped, grad_norm, finite = optimization.unscale_and_clip(grads, divisor)
         learning_rate = optimization.learning_rate_at(
-            self.global_step, peak=config.learning_rate, num_train_steps=config.num_train_steps,
-            num_warmup_steps=config.num_warmup_steps, power=self.decay_power)
+            self._progress(), peak=config.learning_rate,
+            warmup=config.num_warmup_steps / config.num_train_steps, power=self.decay_power,
+            schedule=config.learning_rate_schedule)
 
         def take_the_step():
             self.apply_optimizer(clipped, learning_rate, self.global_step)
@@ -220,7 +235,29 @@ class TrainState(tf.Module):
             grads = [a.read_value() for a in self.accumulators]
             metric_sums = self.metric_sums.read_value()
         stop = tf.constant(bool(stop_requested()))
-        return self.update_metrics(self.apply_update(grads, metric_sums, stop))
+        return self.update_metrics(self.apply_update(grads, metric_sums, stop,
+                                                     tf.constant(self._chief_seconds())))
+
+    def _chief_seconds(self) -> float:
+        """On rank 0: the seconds since its previous update began (0 at the first), which
+        count its tracing, input waits, logging and checkpoints; 0.0 on the other ranks."""
+        now = time.monotonic()
+        elapsed = now - self._clock if self._clock is not None else 0.0
+        self._clock = now
+        return elapsed if distributed.rank() == 0 else 0.0
+
+    def _progress(self):
+        """The share of the run done: of num_train_steps, or of the time budget if further."""
+        progress = tf.cast(self.global_step, tf.float32) / float(self.config.num_train_steps)
+        if self.max_train_seconds:
+            spent = tf.cast(self.train_seconds / self.max_train_seconds, tf.float32)
+            progress = tf.maximum(progress, spent)
+        return progress
+
+    def finished(self) -> bool:
+        """Whether num_train_steps are done or the time budget is spent."""
+        return (self.step >= self.config.num_train_steps or bool(self.max_train_seconds)
+                and float(self.train_seconds.numpy()) >= self.max_train_seconds)
 
     def update_metrics(self, result) -> dict:
         """Python numbers from apply_update's result."""
