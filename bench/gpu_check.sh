@@ -13,7 +13,8 @@
 #
 #   bash bench/gpu_check.sh                      # GPU: the runs above
 #   BATCH=256 FP32_BATCH=128 bash bench/gpu_check.sh
-#   bash bench/gpu_check.sh --cpu                # no GPU: tiny config on CPU, proves the script
+#   bash bench/gpu_check.sh --cpu                # no GPU: tiny config on CPU (bf16 where the
+#                                                # CPU has it, else fp32), proves the script
 #
 # Without internet it installs what does not import from carried wheels (BERT_TF_WHEELS,
 # default ./wheels), in one of two set-ups, both on x86_64 Linux:
@@ -71,12 +72,21 @@ if [[ "$MODE" == gpu ]]; then
   RUNS=("large fp16 xla $BATCH" "large fp32 xla $FP32_BATCH" "large fp32 noxla $FP32_BATCH"
         "base fp16 xla $BATCH" "base fp32 xla $FP32_BATCH" "base fp32 noxla $FP32_BATCH")
   WARMUP=2 REPEATS=3 STEPS="${STEPS:-3}" PEAK_DTYPES=float16,float32 PEAK_SIZE=8192
+  SEQ_LENGTH=128 MASKED_POSITIONS=20
   RUN_TIMEOUT=100  # each
   TRACK=(--shape base --batch_size 32 --accumulation 4 --updates 30 --xla)
   BUDGET=540  # seconds after which no run starts: the script ends within 10 minutes
 else
-  RUNS=("tiny bf16 xla ${BATCH:-2}")
-  WARMUP=1 REPEATS=1 STEPS="${STEPS:-1}" PEAK_DTYPES=float32,bfloat16 PEAK_SIZE=256
+  # The smallest run that goes through the same code: BERT-tiny, 2 sequences of 64 tokens, in
+  # bf16 where the CPU multiplies bf16 natively (avx512_bf16, amx_bf16); elsewhere bf16 is
+  # emulated, so fp32 (the path of the GPU's fp32 + XLA row).
+  CPU_PRECISION=fp32 PEAK_DTYPES=float32
+  if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then
+    CPU_PRECISION=bf16 PEAK_DTYPES=float32,bfloat16
+  fi
+  RUNS=("tiny $CPU_PRECISION xla ${BATCH:-2}")
+  WARMUP=1 REPEATS=1 STEPS="${STEPS:-1}" PEAK_SIZE=256
+  SEQ_LENGTH=64 MASKED_POSITIONS=10
   RUN_TIMEOUT=900  # a busy shared CPU can take minutes just to start TensorFlow
   TRACK=(--shape tiny --batch_size 2 --accumulation 2 --updates 2 --seq_length 64
          --masked_positions 10)
@@ -156,13 +166,14 @@ for run in "${RUNS[@]}"; do
     echo "gpu_check: $name not run: the ${BUDGET}s budget is spent" >&2
     continue
   fi
-  echo "gpu_check: BERT-$shape seq 128, batch $batch, $precision, $xla ..."
+  echo "gpu_check: BERT-$shape seq $SEQ_LENGTH, batch $batch, $precision, $xla ..."
   xla_flag=()
   [[ "$xla" == xla ]] && xla_flag=(--xla)
   limit=$(( RUN_TIMEOUT < $(remaining) ? RUN_TIMEOUT : $(remaining) ))
   # A failed run (say OOM) is reported and the next one still runs.
   timeout "$limit" "${COMPARE[@]}" --child ours --shape "$shape" --batch_size "$batch" \
     --precision "$precision" "${xla_flag[@]}" --optimizer lamb --threads "$THREADS" \
+    --seq_length "$SEQ_LENGTH" --masked_positions "$MASKED_POSITIONS" \
     --warmup "$WARMUP" --repeats "$REPEATS" --steps_per_repeat "$STEPS" \
     > "$LOG/$name" 2> "$LOG/$name.err" \
     || { echo "gpu_check: $name failed (exit $?):" >&2; tail -15 "$LOG/$name.err" >&2; }
