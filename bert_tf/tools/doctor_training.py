@@ -132,8 +132,8 @@ def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
                  f"{m.accumulation / g:.1f} + activations {m.activations / g:.1f} + workspace "
                  f"{m.workspace / g:.1f} (batch {config.train_batch_size}, "
                  f"seq {config.max_seq_length}, "
-                 f"{config.precision}, XLA {'on' if config.use_xla else 'off'}; formula: "
-                 f"{model_size.MEMORY_FORMULA})")
+                 f"{config.precision}, XLA {'on' if config.use_xla else 'off'}; the formula: "
+                 "docs/memory.md)")
     if gpu is None:
         return Check(OK, name, breakdown + "; no GPU memory known (pass --gpu_memory_gb)")
     if m.total <= gpu.allocator_bytes:

@@ -75,23 +75,10 @@ MIB = 1024**2
 # the BFC allocator's fragmentation.
 WORKSPACE_BYTES = 1 * GIB
 
-MEMORY_FORMULA = (
-    "weights 4P (+2P half copies under fp16/bf16/amp) + grads 4P + LAMB/Adam slots 8P "
-    "+ accumulation 4P (if accumulating) + activations kept for the backward pass, per layer "
-    "(k bytes per compute-dtype element, T = b*s tokens, S = b*A*s^2 attention elements, "
-    "p bytes per kept attention probability, bool dropout masks 1 byte): without XLA "
-    "T*H*(6k + 2) (input, q, k, v, context, LayerNorm output; 2 masks) + 2 LayerNorms x 3 "
-    "float32 T*H + GELU 2k*T*I (input and output) + S*(p + 1 + k) (probs, mask, dropped copy); "
-    "with XLA T*H*(6k + 2) + 2 x 4*T*H + 2k*T*I + S*(p + 1 + k); embeddings 3 float32 T*H + mask; "
-    "MLM head per prediction 6k*H + 12*H + 8*V (float32 logits and their gradient); "
-    "backward working set of one layer S*(4 + k) + 1 GiB workspace; the GPU gives TensorFlow "
-    "its CUDA-visible memory less the CUDA context and TensorFlow's reserve (docs/memory.md)"
-)
-
 
 def activation_bytes_per_sequence(config: BertConfig, seq_length, max_predictions_per_seq,
                                   precision="fp32", use_xla=False) -> float:
-    """Bytes one sequence keeps for the backward pass (see MEMORY_FORMULA, docs/memory.md).
+    """Bytes one sequence keeps for the backward pass (the count in docs/memory.md).
 
     Counted from bert_tf/model/modeling.py under TensorFlow 2.21: attention probabilities
     in attention_probs_dtype (the one place the model takes it from) and a compute-dtype
@@ -122,7 +109,7 @@ def activation_bytes_per_sequence(config: BertConfig, seq_length, max_prediction
 
 def estimate_memory(config: BertConfig, batch_size, seq_length, max_predictions_per_seq,
                     precision="fp32", num_accumulation_steps=1, use_xla=False) -> MemoryEstimate:
-    """Bytes per device for one training step (see MEMORY_FORMULA)."""
+    """Bytes per device for one training step (the count in docs/memory.md)."""
     per_sequence = activation_bytes_per_sequence(config, seq_length, max_predictions_per_seq,
                                                  precision, use_xla)
     params = count_parameters(config)
