@@ -159,3 +159,32 @@ def test_ner_finetuning_end_to_end_writes_scoreable_predictions(shared_data, tmp
         assert [row[0] for row in rows] == sentence.units
         assert [row[1] for row in rows] == sentence.tags
         assert all(ner._TAG.match(row[2]) for row in rows)
+
+
+def test_training_data_with_only_o_tags_is_named_not_a_traceback(shared_data, tmp_path,
+                                                                 japanese):
+    """Issue 46: a file without entities ended in "ValueError: a classifier needs at least 2
+    labels, got 1" from the model, naming no file."""
+    import json
+    import sys
+
+    from conftest import REPO, run_command
+
+    lines = [line.rsplit("\t", 1)[0] + "\tO" if "\t" in line else line
+             for s in japanese[:8] for line in [*s.lines, ""]]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert {t for s in ner.read_ner_file(str(data / "train.txt")) for t in s.tags} == {"O"}
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps({"vocab_size": 28996, "hidden_size": 32, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "intermediate_size": 64}))
+    proc = run_command([sys.executable, REPO / "run_finetuning.py", "--task_name=ner",
+                        f"--data_dir={data}", f"--bert_config_file={config}",
+                        f"--vocab_file={shared_data / 'vocab' / 'bert-base-cased.txt'}",
+                        f"--output_dir={tmp_path / 'out'}", "--do_train", "--nodo_eval"],
+                       check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (f"run_finetuning: error: {data / 'train.txt'}: every training label is 'O' (for "
+            "--task_name=ner); a classifier needs at least 2 labels: tag the entities") \
+        in proc.stderr, proc.stderr

@@ -191,11 +191,19 @@ def sentence_tags(sentence) -> list[str]:
     return sentence.tags if isinstance(sentence, ner.NerSentence) else sentence.upos
 
 
-def label_list(task_name: str, train_labels) -> list[str]:
-    """The task's labels: GLUE's fixed set, else those seen in training (sorted)."""
+def label_list(task_name: str, train_labels, train_file: str) -> list[str]:
+    """The task's labels: GLUE's fixed set, else those seen in training (sorted); fewer than
+    two is a TaskDataError naming `train_file` (a classifier cannot learn one label)."""
     if task_name in GLUE_TASKS:
         return list(GLUE_TASKS[task_name].labels)
-    return sorted(set(train_labels))
+    names = sorted(set(train_labels))
+    if len(names) < 2:
+        fix = ("tag the entities (B-TYPE, I-TYPE) in it" if task_name == "ner" else
+               "check --label_column" if task_name == "tsv" else "check the tags")
+        raise TaskDataError(f"{train_file}: every training label is {names[0]!r} (for "
+                            f"--task_name={task_name}); a classifier needs at least 2 labels: "
+                            f"{fix}, or train on a file that has them")
+    return names
 
 
 def label_ids(labels, label_names: list[str], where: str, strict: bool):

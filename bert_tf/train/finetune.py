@@ -356,7 +356,8 @@ def load_task_data(config: FinetuningConfig, tokenizer, report: Reporter) -> Tas
     inputs = {split: read(split) for split in needed}
     train_labels = ([tag for s in inputs["train"] for tag in tasks.sentence_tags(s)] if tagging
                     else [e.label for e in inputs["train"]])
-    label_names = tasks.label_list(config.task_name, train_labels)
+    label_names = tasks.label_list(config.task_name, train_labels,
+                                   tasks.task_file(config.task_name, config.data_dir, "train"))
     encoded = {split: _encode(config, tokenizer, inputs[split], label_names, split, report)
                for split in needed}
     return TaskData(label_names, encoded.get("train"), encoded.get("dev"), encoded.get("test"),
