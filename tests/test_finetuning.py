@@ -26,7 +26,7 @@ from bert_tf.data import conllu, tasks
 from bert_tf.data.tokenization import FullTokenizer, VocabError
 from bert_tf.model import checkpoints
 from bert_tf.train import evaluation, finetune, loop
-from bert_tf.train.finetune_config import FinetuningConfig, FinetuningConfigError
+from bert_tf.train.finetune_config import NOT_FLAGS, FinetuningConfig, FinetuningConfigError
 
 VENV_BIN = Path(sys.executable).parent
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
@@ -70,7 +70,7 @@ def finetuning_config(data_dir, output_dir, bert_config, vocab, **overrides):
 def command(config: FinetuningConfig):
     flags = []
     for field in dataclasses.fields(config):
-        if field.name in ("optimizer_type", "num_train_steps", "num_warmup_steps"):
+        if field.name in NOT_FLAGS:
             continue
         value = getattr(config, field.name)
         if value is None:  # the flag's default (e.g. --do_lower_case: the vocab's spec decides)

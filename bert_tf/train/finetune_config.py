@@ -142,9 +142,12 @@ def _define_tsv_flags(d: dict) -> None:
                       "--task_name=tsv: skip the first line of each file.")
 
 
+# FinetuningConfig's fields that are Google's fine-tuning rule, not flags.
+NOT_FLAGS = ("optimizer_type", "learning_rate_schedule", "max_train_time", "num_train_steps",
+             "num_warmup_steps")
+
+
 def finetuning_config_from_flags(flag_values) -> FinetuningConfig:
     """A FinetuningConfig from parsed absl flags (call .validate() to check it)."""
-    names = [f.name for f in dataclasses.fields(FinetuningConfig)
-             if f.name not in ("optimizer_type", "learning_rate_schedule", "max_train_time",
-                               "num_train_steps", "num_warmup_steps")]
+    names = [f.name for f in dataclasses.fields(FinetuningConfig) if f.name not in NOT_FLAGS]
     return FinetuningConfig(**{name: getattr(flag_values, name) for name in names})
