@@ -175,3 +175,18 @@ def test_backends_give_the_same_ids_on_real_text(shared_data):
 def test_unknown_backend(shared_data):
     with pytest.raises(ValueError, match="unknown tokenizer backend 'spacy'"):
         FullTokenizer(shared_data / "vocab/bert-base-uncased.txt", backend="spacy")
+
+
+def test_tokenize_says_how_many_invalid_bytes_it_replaced(shared_data, tmp_path, capsys):
+    """Issue 46: tokenize --input_file dropped invalid UTF-8 without a word (U+FFFD is then
+    removed by the normaliser); it says so as create_pretraining_data's replaced_bytes does."""
+    from bert_tf.tools import tokenize_text
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("Café crème\nnaïve\n".encode("latin-1") + b"plain\n")
+    assert tokenize_text.run(tokenize_text.TokenizeConfig(
+        str(shared_data / "vocab/bert-base-uncased.txt"), input_file=str(path), json=True)) == 0
+    out, err = capsys.readouterr()
+    assert f"tokenize: warning: {path}: 3 undecodable byte(s) replaced by U+FFFD" in err
+    assert [json.loads(line)["text"] for line in out.splitlines()] == [
+        "Caf\ufffd cr\ufffdme", "na\ufffdve", "plain"]

@@ -36,7 +36,13 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import bert_tf
 from bert_tf.data import tokenizer_spec, word_splitters
-from bert_tf.data.files import InputDataError, OutputDirError, expand_patterns, read_text
+from bert_tf.data.files import (
+    InputDataError,
+    OutputDirError,
+    expand_patterns,
+    read_text,
+    warn_replaced,
+)
 from bert_tf.data.normalization import MAX_CHARS_PER_WORD, Normalizer
 from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.output_dir import check_output_dir
@@ -100,9 +106,7 @@ def _lines(input_files):
             text, replaced = read_text(path)
         except InputDataError as e:
             raise BuildVocabError(str(e)) from None
-        if replaced:
-            print(f"build_vocab: warning: {path}: {replaced} undecodable byte(s) replaced by "
-                  "U+FFFD (the file is not valid UTF-8)", file=sys.stderr)
+        warn_replaced("build_vocab", path, replaced)
         lines = [line.strip() for line in text.split("\n")]
         del text
         yield from filter(None, lines)

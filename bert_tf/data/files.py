@@ -6,6 +6,7 @@ import glob
 import gzip
 import lzma
 import os
+import sys
 import zlib
 
 
@@ -73,6 +74,13 @@ def read_bytes(path):
 def read_text(path):
     """The text of a local or compressed input file: decode_text(read_bytes(path), path)."""
     return decode_text(read_bytes(path), path)
+
+
+def warn_replaced(command, path, replaced):
+    """Says on stderr how many undecodable bytes of `path` became U+FFFD (if any)."""
+    if replaced:
+        print(f"{command}: warning: {path}: {replaced} undecodable byte(s) replaced by U+FFFD "
+              "(the file is not valid UTF-8)", file=sys.stderr)
 
 
 def read_exact_text(path):

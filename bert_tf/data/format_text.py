@@ -29,6 +29,7 @@ from bert_tf.data.files import (
     OutputDirError,
     expand_patterns,
     read_text,
+    warn_replaced,
 )
 from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.output_dir import OutputDirLock, check_output_dir, replace_files_in
@@ -89,8 +90,7 @@ def read_counted_text(path, stats):
         raise FormatTextError(str(e)) from e
     if replaced:
         stats["replaced_bytes"] += replaced
-        print(f"format_text: warning: {path}: {replaced} undecodable byte(s) replaced by U+FFFD "
-              "(the file is not valid UTF-8)", file=sys.stderr)
+        warn_replaced("format_text", path, replaced)
     return text
 
 

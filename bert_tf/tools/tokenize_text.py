@@ -16,7 +16,7 @@ from absl import flags
 
 import bert_tf
 from bert_tf.data import shared_flags
-from bert_tf.data.files import InputDataError, read_text
+from bert_tf.data.files import InputDataError, read_text, warn_replaced
 from bert_tf.data.tokenization import VocabError, load_tokenizer
 
 
@@ -48,9 +48,10 @@ def texts_of(config: TokenizeConfig) -> list[str]:
     texts = list(config.text)
     if config.input_file:
         try:
-            content, _ = read_text(config.input_file)
+            content, replaced = read_text(config.input_file)
         except InputDataError as e:
             raise TokenizeError(f"--input_file: {e}") from None
+        warn_replaced("tokenize", config.input_file, replaced)
         texts += [line for line in content.split("\n") if line.strip()]
     if not texts:
         raise TokenizeError("nothing to tokenize: give texts as arguments or --input_file")
