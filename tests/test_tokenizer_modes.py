@@ -118,6 +118,22 @@ def test_spec_round_trip_and_what_it_refuses(ja_mecab, tmp_path, capsys):
             load_tokenizer(vocab)
 
 
+def test_a_vocab_with_crlf_line_endings_keeps_its_spec(ja_mecab, tmp_path):
+    """Issue 46: CRLF (Windows editors, git's autocrlf) changed the vocab's sha256, and its own
+    spec was refused as "written for another vocab"; the tokens are the same, so it is used."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(open(ja_mecab.vocab_file, "rb").read().replace(b"\n", b"\r\n"))
+    spec_file = tokenizer_spec.spec_path(ja_mecab.vocab_file)
+    (tmp_path / "vocab.tokenizer.json").write_bytes(open(spec_file, "rb").read())
+    crlf = load_tokenizer(vocab)
+    assert crlf.spec == ja_mecab.spec and crlf.vocab == ja_mecab.vocab
+    text = "データベースをインストールします。"
+    assert crlf.tokenize(text) == ja_mecab.tokenize(text) != ["[UNK]"]
+    vocab.write_bytes(vocab.read_bytes() + b"extra\r\n")  # another vocab is still refused
+    with pytest.raises(TokenizerSpecError, match="written for another vocab"):
+        load_tokenizer(vocab)
+
+
 def test_a_vocab_without_spec_keeps_google_rules(shared_data):
     vocab = shared_data / "vocab/bert-base-uncased.txt"
     assert not (shared_data / "vocab/bert-base-uncased.tokenizer.json").exists()

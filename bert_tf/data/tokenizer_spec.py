@@ -15,6 +15,7 @@ is an error unless allowed explicitly.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -131,7 +132,7 @@ def read_spec(vocab_file):
                                  f"{vocab_file}: {e}; rebuild it with python -m bert_tf "
                                  "build_vocab, or remove it to use Google's rules") from None
     spec = TokenizerSpec.from_json(data, where=f"tokenizer spec {path}")
-    if spec.vocab_sha256 and spec.vocab_sha256 != file_sha256(vocab_file):
+    if spec.vocab_sha256 and not written_for(spec.vocab_sha256, vocab_file):
         raise TokenizerSpecError(f"tokenizer spec {path} was written for another vocab than "
                                  f"--vocab_file={vocab_file} (sha256 differs); keep each vocab "
                                  "with its own spec (build_vocab writes both)")
@@ -143,6 +144,18 @@ def read_spec(vocab_file):
                                      f"{model} it was written with (missing or changed); keep "
                                      "it beside the vocab")
     return spec
+
+
+def written_for(vocab_sha256, vocab_file):
+    """Whether `vocab_file` is the vocab of that sha256, in either line ending: CRLF (an editor
+    or git's autocrlf on Windows) gives the same tokens, load_vocab strips the "\r" as Google's
+    load_vocab does."""
+    if file_sha256(vocab_file) == vocab_sha256:
+        return True
+    with open(vocab_file, "rb") as f:
+        raw = f.read()
+    return b"\r\n" in raw and hashlib.sha256(raw.replace(b"\r\n", b"\n")).hexdigest() == \
+        vocab_sha256
 
 
 def sentencepiece_model_file(spec, vocab_file):
