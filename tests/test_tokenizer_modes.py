@@ -109,6 +109,11 @@ def test_spec_round_trip_and_what_it_refuses(ja_mecab, tmp_path, capsys):
     for broken, message in (("{", "cannot read the tokenizer spec"),
                             ('{"format": "x"}', "is not a bert_tf tokenizer spec"),
                             (json.dumps({**data, "casing": 1}), "unknown field.*casing"),
+                            # Issue 46: missing fields took Google's defaults (uncased, no NFKC).
+                            (json.dumps({k: v for k, v in data.items()
+                                         if k not in ("normalization", "do_lower_case")}),
+                             r"lacks the field\(s\) do_lower_case, normalization \(build_vocab "
+                             "writes every one; a default is Google's, not this vocab's recipe"),
                             (json.dumps({**data, "vocab_sha256": None,
                                          "subword_tokenizer_type": "sentencepiece",
                                          "word_tokenizer_type": "none"}),

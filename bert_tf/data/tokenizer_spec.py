@@ -100,6 +100,12 @@ class TokenizerSpec:
         unknown = set(data) - fields - {"format", "version"}
         if unknown:
             raise TokenizerSpecError(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
+        # A missing field would take Google's default, not the recipe the vocab was built with.
+        missing = [name for name in sorted(fields) if name not in data]
+        if missing:
+            raise TokenizerSpecError(f"{where} lacks the field(s) {', '.join(missing)} (build_vocab "
+                                     "writes every one; a default is Google's, not this vocab's "
+                                     "recipe): put them back, or rebuild the vocab and its spec")
         values = {k: v for k, v in data.items() if k in fields}
         if values.get("dictionary") is not None:
             try:
