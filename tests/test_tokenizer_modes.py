@@ -286,6 +286,28 @@ def test_korean_mecab_ko_wordpiece(shared_data, tmp_path_factory):
     text = "  패키지를 설치합니다."  # python-mecab-ko's own spans ignore leading spaces
     assert [(p.token, text[p.start:p.end]) for p in tokenizer.tokenize_with_offsets(text)] == [
         (w, w) for w in ("패키지", "를", "설치", "합니다", ".")]
+    _jamo_offsets_on_klue(tokenizer, shared_data)
+
+
+def _jamo_offsets_on_klue(tokenizer, shared_data):
+    """Issue 46: a vowel jamo after a syllable or a space (ㅠㅠ typed as conjoining jamo, common
+    in web text) joined the character before it, so pieces shared offsets or covered a space."""
+    from bert_tf.data import ner
+
+    text = "듯\u1172\u1172 \u1173\u1173 a"
+    assert [(p.start, p.end) for p in tokenizer.tokenize_with_offsets(text)] == [
+        (0, 1), (1, 3), (4, 6), (7, 8)]
+    # NFKC composes compatibility jamo (ㄱㅏ -> 가): those still map to both characters.
+    assert Normalizer(True, False, False).with_offsets("ㄱㅏ ㅋㅋ") == (
+        "가 ᄏᄏ", [0, 2, 3, 4], [2, 3, 4, 5])
+    wrong, pieces = [], 0
+    for sentence in ner.read_ner_file(str(shared_data / "ko/klue-ner-v1.1_dev_first4000.tsv")):
+        for p in tokenizer.tokenize_with_offsets(sentence.text):
+            covered = sentence.text[p.start:p.end]
+            pieces += 1
+            if " " in covered or p.token != "[UNK]" and covered != p.token.removeprefix("##"):
+                wrong.append((covered, p))
+    assert pieces > 100_000 and wrong == []
 
 
 def test_lower_casing_keeps_kana_and_hangul(shared_data):

@@ -32,10 +32,45 @@ CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 
 # jamo extended-B, half-width katakana and Hangul: left whole by accent stripping.
 _KANA_HANGUL = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\ua960-\ua97f"
                           "\uac00-\ud7ff\uff65-\uffdc]+")
-# Characters that NFC/NFKC may join to the character before them: combining marks, the
-# half-width voicing marks and Hangul medial/final jamo.
-_JOINS_PREVIOUS = re.compile("[\u0300-\u036f\u1160-\u11ff\u3099\u309a\uff9e\uff9f"
-                             "\ud7b0-\ud7ff]")
+# Characters that NFC/NFKC may join to the character before them: combining marks and the
+# half-width voicing marks. Hangul jamo join only as Unicode composes syllables (below).
+_COMBINING = re.compile("[\u0300-\u036f\u3099\u309a\uff9e\uff9f]")
+# Unicode's Hangul composition: a leading consonant + vowel (LV), then + final (LVT).
+_LEADING, _VOWELS, _FINALS = (0x1100, 0x1112), (0x1161, 0x1175), (0x11A8, 0x11C2)
+_SYLLABLES = (0xAC00, 0xD7A3)
+
+
+def _in(char, span):
+    return span[0] <= ord(char) <= span[1]
+
+
+def _jamo(char):
+    """A compatibility or half-width jamo as the conjoining jamo NFKC makes of it (ㄱ -> ᄀ)."""
+    if "\u3130" <= char <= "\u318f" or "\uffa0" <= char <= "\uffdc":
+        decomposed = unicodedata.normalize("NFKD", char)
+        return decomposed if len(decomposed) == 1 else char
+    return char
+
+
+def joins_previous(text, i, nfkc):
+    """Whether text[i] may join text[i - 1] in normalisation: a combining mark after a
+    non-space; under NFKC (which composes Hangul), a vowel jamo after a leading consonant, a
+    final after a vowel that follows one (or after a syllable without a final). Other jamo
+    (ㅠㅠ written as vowels) stay their own."""
+    if text[i - 1].isspace():
+        return False
+    if _COMBINING.match(text, i):
+        return True
+    if not nfkc:
+        return False
+    char, before = _jamo(text[i]), _jamo(text[i - 1])
+    if _in(char, _VOWELS):
+        return _in(before, _LEADING)
+    if _in(char, _FINALS):
+        if _in(before, _SYLLABLES):
+            return (ord(before) - _SYLLABLES[0]) % 28 == 0
+        return _in(before, _VOWELS) and i > 1 and _in(_jamo(text[i - 2]), _LEADING)
+    return False
 
 
 @functools.cache
@@ -131,7 +166,7 @@ class Normalizer:
         normalised = self(text)
         starts, ends, pieces = [], [], []
         cluster_starts = [0] + [i for i in range(1, len(text))
-                                if not _JOINS_PREVIOUS.match(text, i)]
+                                if not joins_previous(text, i, self.nfkc)]
         for begin, end in zip(cluster_starts, [*cluster_starts[1:], len(text)], strict=True):
             piece = self(text[begin:end])
             pieces.append(piece)
