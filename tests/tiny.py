@@ -80,10 +80,15 @@ def as_flags(settings: dict) -> list[str]:
 
 
 def checkpoint_values(prefix) -> dict:
+    """A checkpoint's values by name, but for the wall-clock seconds trained (--max_train_time),
+    which differ between any two runs."""
     import tensorflow as tf  # when called: see training_config
 
+    from bert_tf.train.state import TRAIN_SECONDS
+
     reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.split("/")[0] != TRAIN_SECONDS}
 
 
 def random_batch(rng, batch_size):
