@@ -153,6 +153,30 @@ def test_a_vocab_without_spec_keeps_google_rules(shared_data):
         ("Héllo", 0), (",", 1), ("una", 2), ("ffa", 2), ("ble", 2), ("WORLD", 3), ("!", 4)]
 
 
+def test_a_vocab_not_built_for_google_split_warns_without_its_spec(ja_mecab, shared_data,
+                                                                   tmp_path, capsys):
+    """Issue 46: a MeCab vocab copied without vocab.tokenizer.json was tokenized by Google's
+    rules without a word (データベースを -> one [UNK]). Google's vocabs stay silent."""
+    for name in ("uncased", "cased"):
+        google = load_tokenizer(shared_data / f"vocab/bert-base-{name}.txt")
+        google.tokenize_ids_batch(corpus_lines(shared_data, "corpora/sample_text.txt", 0, 40))
+    assert capsys.readouterr().err == ""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(open(ja_mecab.vocab_file, "rb").read())
+    load_tokenizer(vocab)
+    err = capsys.readouterr().err
+    assert (f"WARNING: --vocab_file={vocab} has no tokenizer spec ({tmp_path}/vocab.tokenizer.json "
+            "is missing), so it gets Google's rules") in err, err
+    assert "of its entries (e.g. " in err and "can never come out of Google's split" in err
+    # No telling entries, but half the first pieces [UNK]: Google's English vocab on Korean.
+    uncased = load_tokenizer(shared_data / "vocab/bert-base-uncased.txt")
+    uncased.tokenize_ids_batch(corpus_lines(shared_data, KO, 0, 200))
+    uncased.tokenize_ids_batch(corpus_lines(shared_data, KO, 200, 400))  # said once
+    err = capsys.readouterr().err
+    assert err.count("WARNING") == 1 and re.search(r"\d+\.\d% of the first \d+ pieces are "
+                                                    r"\[UNK\]", err), err
+
+
 def _entry_points(tmp_path, shared_data, vocab, **tokenizer_flags):
     """Each command that tokenizes, run in this process up to its tokenizer (cheap: the refusal
     comes before any model or data work)."""

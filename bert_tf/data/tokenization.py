@@ -4,7 +4,9 @@ tensorflow-text is not installed (the same ids).
 
 `load_tokenizer(vocab_file)` is how every command gets its tokenizer: it reads the spec beside
 the vocab (casing, normalisation, word splitter and its dictionary, subword model), refuses a
-flag or an installed dictionary that contradicts it, and without a spec gives Google's rules.
+flag or an installed dictionary that contradicts it, and without a spec gives Google's rules
+(with a warning naming the missing spec when the vocab evidently was not built for them:
+entries Google's split never produces, or many [UNK] in the first batch).
 The pipeline: normalisation (bert_tf.data.normalization) -> words (bert_tf.data.word_splitters)
 -> pieces (bert_tf.data.subword_models).
 
@@ -24,11 +26,13 @@ run) stay free of its start-up, about 10 CPU-seconds.
 """
 
 import dataclasses
+import os
+import sys
 
 import numpy as np
 
 from bert_tf.data import subword_models, tokenizer_spec
-from bert_tf.data.normalization import MAX_CHARS_PER_WORD, normalize_text
+from bert_tf.data.normalization import CJK_RANGES, MAX_CHARS_PER_WORD, normalize_text
 from bert_tf.data.tokenizer_pipeline import Piece, Pipeline
 from bert_tf.data.tokenizer_spec import TokenizerSpec, TokenizerSpecError, VocabError
 
@@ -36,6 +40,12 @@ __all__ = ["MAX_CHARS_PER_WORD", "FullTokenizer", "Piece", "TokenizerSpecError",
            "load_tokenizer", "load_vocab", "normalize_text"]
 
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# A vocab without a spec is taken for Google's; these say it evidently is not (issue 46):
+# this many entries Google's split never produces, or this share of [UNK] in the first
+# batch of at least UNKNOWN_CHECK_PIECES pieces (Google's vocabs on English: under 0.4%).
+FOREIGN_ENTRIES = 10
+UNKNOWN_SHARE = 0.02
+UNKNOWN_CHECK_PIECES = 200
 
 
 def load_vocab(vocab_file):
@@ -87,9 +97,11 @@ def resolve_spec(vocab_file, do_lower_case=None, allow_dictionary_mismatch=False
     """The TokenizerSpec of `vocab_file` under a command's flags, checked without building a
     tokenizer (no TensorFlow): the vocab is readable, the flag agrees with the spec, the
     installed dictionary is the spec's. Arguments as load_tokenizer's."""
-    load_vocab(vocab_file)
+    vocab = load_vocab(vocab_file)
     spec = tokenizer_spec.read_spec(vocab_file)
     if spec is None:
+        if check_dictionary:
+            _check_google_entries(vocab, vocab_file)
         return google_spec(True if do_lower_case is None else do_lower_case)
     spec = tokenizer_spec.resolve_casing(spec, vocab_file, do_lower_case, flag)
     if check_dictionary:
@@ -115,14 +127,42 @@ def load_tokenizer(vocab_file, do_lower_case=None, allow_dictionary_mismatch=Fal
         where it imports.
       flag: the name of the casing flag, for the error message.
       check_dictionary: False where text is not split (ids only: dynamic masking), or where
-        the process that started this one has checked it on this host (data workers).
+        the process that started this one has checked it on this host (data workers); also
+        whether a vocab without a spec is checked for evidence that it needs one (warnings).
 
     Returns:
       A FullTokenizer with `.spec`.
     """
     spec = resolve_spec(vocab_file, do_lower_case, allow_dictionary_mismatch, flag,
                         check_dictionary)
-    return FullTokenizer(vocab_file, backend=backend, spec=spec)
+    tokenizer = FullTokenizer(vocab_file, backend=backend, spec=spec)
+    tokenizer.check_unknown_share = check_dictionary and not os.path.exists(
+        tokenizer_spec.spec_path(vocab_file))
+    return tokenizer
+
+
+def _warn_missing_spec(vocab_file, evidence):
+    print(f"WARNING: --vocab_file={vocab_file} has no tokenizer spec "
+          f"({tokenizer_spec.spec_path(vocab_file)} is missing), so it gets Google's rules "
+          f"(BasicTokenizer + WordPiece), but {evidence}: if it was built with another tokenizer "
+          "(build_vocab --tokenizer=mecab, mecab-ko, ...), copy its spec beside it",
+          file=sys.stderr)
+
+
+def _never_from_google_split(token):
+    """A SentencePiece piece, or two or more characters with a CJK ideograph (Google's split
+    makes every ideograph a word of its own)."""
+    text = token.removeprefix("##")
+    return token.startswith("\u2581") or len(text) > 1 and any(
+        lo <= ord(c) <= hi for c in text for lo, hi in CJK_RANGES)
+
+
+def _check_google_entries(vocab, vocab_file):
+    foreign = [t for t in vocab if _never_from_google_split(t)]
+    if len(foreign) >= FOREIGN_ENTRIES:
+        _warn_missing_spec(vocab_file, f"{len(foreign)} of its entries (e.g. "
+                                       f"{', '.join(foreign[:3])}) can never come out of "
+                                       "Google's split")
 
 
 class FullTokenizer:
@@ -149,6 +189,8 @@ class FullTokenizer:
                              f"{subword_models.BACKENDS}")
         google_rules = dataclasses.replace(self.spec, vocab_sha256=None) == google_spec(
             self.spec.do_lower_case)
+        # load_tokenizer sets it for a vocab without a spec: warn on a high [UNK] share.
+        self.check_unknown_share = False
         self._pipeline = Pipeline(self.spec, self.vocab_file, self.vocab,
                                   [self.inv_vocab.get(i, "[UNK]") for i in range(self.vocab_size)],
                                   self.backend, google_rules)
@@ -164,7 +206,14 @@ class FullTokenizer:
         texts = list(texts)
         if not texts:
             return np.zeros([0], np.int32), np.zeros([1], np.int64), np.zeros([0], bool)
-        return self._pipeline.tokenize_batch(texts)
+        batch = self._pipeline.tokenize_batch(texts)
+        if self.check_unknown_share and len(batch[0]) >= UNKNOWN_CHECK_PIECES:
+            self.check_unknown_share = False  # the first batch only
+            share = float(np.mean(batch[0] == self.unk_id))
+            if share >= UNKNOWN_SHARE:
+                _warn_missing_spec(self.vocab_file, f"{share:.1%} of the first {len(batch[0])} "
+                                                    "pieces are [UNK]")
+        return batch
 
     def tokenize_with_offsets(self, text):
         """The pieces of `text` (list of Piece) with offsets into `text` itself."""
