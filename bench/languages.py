@@ -83,9 +83,10 @@ def parse_args():
     parser.add_argument("--num_folds", type=int, default=10)
     parser.add_argument("--folds", type=int, default=10, help="evaluate the first FOLDS folds")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--num_train_steps", type=int, default=demo.DemoConfig.num_train_steps,
-                        help="pretraining updates of 64 sequences (the demo's)")
-    parser.add_argument("--max_seq_length", type=int, default=demo.MAX_SEQ_LENGTH,
+    parser.add_argument("--num_train_steps", type=int, default=0,
+                        help="pretraining updates of 64 sequences (0: the demo's classic "
+                             "recipe's)")
+    parser.add_argument("--max_seq_length", type=int, default=128,
                         help="pretraining and fine-tuning sequence length (word pieces)")
     parser.add_argument("--tokenizers", default="mecab,today,sentencepiece",
                         help="pretrain these (random init comes with mecab)")
@@ -165,32 +166,35 @@ def prepare(lang, tokenizer, corpus: Path, args, work: Path) -> dict:
             demo.run_step(f"{lang} {tokenizer} {split} records", [
                 sys.executable, "create_pretraining_data.py", f"--input_file={','.join(files)}",
                 f"--output_file={out / 'data' / (split + '-{shard:05d}.tfrecord')}",
-                f"--vocab_file={vocab}", f"--max_seq_length={args.max_seq_length}",
-                f"--max_predictions_per_seq={predictions_per_seq(args)}",
-                "--nodo_lower_case", "--masked_lm_prob=0.15", *WHOLE_WORD_MASKING[tokenizer],
+                f"--vocab_file={vocab}", *demo.data_flags(recipe(args)),
+                "--nodo_lower_case", *WHOLE_WORD_MASKING[tokenizer],
                 f"--dupe_factor={dupe}",
                 "--random_seed=12345", "--noprogress"], log_file=out / f"{split}-records.log")
     return {"dir": out, "vocab": str(vocab), "records": records,
             "config": demo.write_model_config(str(out), str(vocab))}
 
 
-def predictions_per_seq(args) -> int:
-    """Google's 20 masked positions per 128 pieces, in proportion."""
-    return max(1, round(demo.MAX_PREDICTIONS_PER_SEQ * args.max_seq_length
-                        / demo.MAX_SEQ_LENGTH))
+def recipe(args) -> dict:
+    """The demo's classic recipe for --num_train_steps at --max_seq_length, with Google's 20
+    masked positions per 128 pieces in proportion."""
+    flags_of = demo.recipe_flags("classic", args.num_train_steps)
+    per_piece = int(flags_of["max_predictions_per_seq"]) / int(flags_of["max_seq_length"])
+    flags_of.update(max_seq_length=str(args.max_seq_length),
+                    max_predictions_per_seq=str(max(1, round(per_piece * args.max_seq_length))))
+    return flags_of
 
 
 def pretrain(lang, tokenizer, model: dict, args) -> str:
     """The demo's recipe for --num_train_steps (2 Horovod ranks); the checkpoint prefix."""
-    prefix = model["dir"] / "model" / f"model.ckpt-{args.num_train_steps}"
+    steps = int(recipe(args)["num_train_steps"])
+    prefix = model["dir"] / "model" / f"model.ckpt-{steps}"
     if not Path(f"{prefix}.index").exists():
-        recipe = demo.write_recipe(str(model["dir"]), model["config"], model["records"],
-                                   str(model["dir"] / "model"), args.num_train_steps,
-                                   save_every=args.num_train_steps,
-                                   max_seq_length=args.max_seq_length,
-                                   max_predictions_per_seq=predictions_per_seq(args),
-                                   precision=demo.pretraining_precision("auto", demo.cpu_flags()))
-        demo.run_step(f"{lang} {tokenizer} pretraining", demo.pretraining_command(recipe),
+        flagfile = demo.write_recipe(str(model["dir"]), model["config"], model["vocab"],
+                                     model["records"], str(model["dir"] / "model"),
+                                     recipe(args), save_every=steps,
+                                     precision=demo.pretraining_precision("auto",
+                                                                          demo.cpu_flags()))
+        demo.run_step(f"{lang} {tokenizer} pretraining", demo.pretraining_command(flagfile),
                       log_file=model["dir"] / "pretraining.log", env=demo.PRETRAINING_THREADS)
     return str(prefix)
 
@@ -287,7 +291,7 @@ def markdown(args, rows, results, cuts=()) -> str:
           pct(r.get("vs_random")), pct(r.get("vs_random_sd")), r.get("vs_random_wins")]
          for r in rows])
     text = (f"# NER entity F1 by tokenizer: {args.folds} of {args.num_folds} folds x "
-            f"{args.seeds} seed(s), {args.num_train_steps} pretraining updates of 64 sequences of "
+            f"{args.seeds} seed(s), {recipe(args)['num_train_steps']} pretraining updates of 64 sequences of "
             f"{args.max_seq_length} pieces, L2 H128 (the demo's model); majority baseline (all O) "
             f"F1 = 0\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`\n\n{table}\n")
     if cuts:

@@ -69,9 +69,8 @@ def parse_args():
     parser.add_argument("--vocab_file", default="",
                         help="pretrain with this vocab instead of one learned from the books "
                              "(e.g. Google's uncased, the demo's before issue 28)")
-    parser.add_argument("--max_seq_length", type=int, default=demo.MAX_SEQ_LENGTH)
-    parser.add_argument("--max_predictions_per_seq", type=int,
-                        default=demo.MAX_PREDICTIONS_PER_SEQ)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--max_predictions_per_seq", type=int, default=20)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                         help="pretraining precision (the curves in bench/README.md: fp32; the "
                              "demo picks bf16 on CPUs with native bfloat16 matmuls)")
@@ -103,8 +102,7 @@ def prepare(args):
         work.mkdir(parents=True, exist_ok=True)
         books = demo.fetch_corpus(os.path.join(Path.home(), ".cache", "bert_tf", "demo"))
         data = demo.prepare_pretraining_data(str(work), books, demo.DemoConfig.dupe_factor,
-                                             args.vocab_file or None, args.max_seq_length,
-                                             args.max_predictions_per_seq)
+                                             recipe(args), args.vocab_file or None)
         demo.write_book_task(books, str(work / "finetune" / "books"))
         split_ewt(EWT, work / "finetune" / "upos", 1577)
         split_ewt(EWT, work / "finetune" / "upos200", 200)
@@ -119,6 +117,15 @@ def prepare(args):
                                           num_attention_heads=args.num_heads,
                                           intermediate_size=4 * args.hidden_size)
     return data, config_file
+
+
+def recipe(args) -> dict:
+    """The demo's classic recipe to the largest budget at --max_seq_length and
+    --max_predictions_per_seq."""
+    flags_of = demo.recipe_flags("classic", updates(args.budgets[-1]))
+    flags_of.update(max_seq_length=str(args.max_seq_length),
+                    max_predictions_per_seq=str(args.max_predictions_per_seq))
+    return flags_of
 
 
 def updates(budget):
@@ -138,15 +145,13 @@ def checkpoint_ready(args, budget):
 def start_pretraining(args, data, config_file, log):
     """Starts the pretraining to the largest budget (resumes a stopped one), its output to
     `log`; returns the process, or None when its last checkpoint exists."""
-    recipe = demo.write_recipe(str(args.work_dir), config_file, data["records"],
-                               str(args.work_dir / "model"), updates(args.budgets[-1]),
-                               save_every=updates(args.budgets[0]), keep_all=True,
-                               max_seq_length=args.max_seq_length,
-                               max_predictions_per_seq=args.max_predictions_per_seq,
-                               precision=args.precision)
+    flagfile = demo.write_recipe(str(args.work_dir), config_file, data["vocab"],
+                                 data["records"], str(args.work_dir / "model"), recipe(args),
+                                 save_every=updates(args.budgets[0]), keep_all=True,
+                                 precision=args.precision)
     if checkpoint_ready(args, args.budgets[-1]):
         return None
-    return subprocess.Popen(demo.pretraining_command(recipe), cwd=REPO, stdout=log,
+    return subprocess.Popen(demo.pretraining_command(flagfile), cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT,
                             env=demo.step_env(**demo.PRETRAINING_THREADS))
 

@@ -126,7 +126,8 @@ def test_time_budget_ends_with_a_checkpoint_and_the_eval_and_resumes_with_what_i
     summary = loop.run(config)
     step = summary["train"]["global_step"]
     assert 1 < step < 100_000 and summary["train"]["train_seconds"] >= 4
-    assert "masked_lm_loss" in summary["eval"]
+    assert summary["eval"]["loss"] == summary["eval"]["masked_lm_loss"]  # no NSP head trained
+    assert "next_sentence_accuracy" not in summary["eval"]
     prefix = checkpoints.latest_checkpoint(config.output_dir)
     assert prefix.endswith(f"model.ckpt-{step}")
     spent = float(checkpoints.checkpoint_tensor(prefix, TRAIN_SECONDS))
@@ -134,7 +135,10 @@ def test_time_budget_ends_with_a_checkpoint_and_the_eval_and_resumes_with_what_i
     # The schedule followed the budget: from a quarter of the peak to near 0 at its end.
     rates = [r["learning_rate"] for r in _metrics(config.output_dir)]
     assert rates[0] == pytest.approx(0.25 * config.learning_rate, rel=0.05)
-    assert max(rates) > 0.8 * config.learning_rate and rates[-1] < 0.3 * config.learning_rate
+    # (How near the peak an update lands depends on the machine's speed: rising, then falling.)
+    top = rates.index(max(rates))
+    assert 0 < top < len(rates) - 1 and max(rates) <= config.learning_rate
+    assert rates[-1] < 0.3 * config.learning_rate
 
     again = loop.run(config)  # the same command: the time spent was restored, none is left
     assert again["train"] == {"global_step": step}

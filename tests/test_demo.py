@@ -12,8 +12,9 @@ def _flags(path):
 
 
 def test_recipe_sets_each_flag_once_and_keeps_every_budget_checkpoint(tmp_path):
-    recipe = demo.write_recipe(str(tmp_path), "c.json", {"train": "t*", "eval": "e*"},
-                               str(tmp_path / "model"), 2400, save_every=300, keep_all=True)
+    recipe = demo.write_recipe(str(tmp_path), "c.json", "v.txt", {"train": "t*", "eval": "e*"},
+                               str(tmp_path / "model"), demo.recipe_flags("classic", 2400),
+                               save_every=300, keep_all=True)
     pairs = _flags(recipe)
     counts = collections.Counter(name for name, *_ in pairs)
     assert [name for name, n in counts.items() if n > 1] == []
@@ -49,10 +50,26 @@ def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bfloat16():
     assert demo.pretraining_precision("fp32", {"avx512_bf16"}) == "fp32"
 
 
-def test_recipe_carries_the_precision(tmp_path):
-    recipe = demo.write_recipe(str(tmp_path), "c.json", {"train": "t*", "eval": "e*"},
-                               str(tmp_path / "model"), 600, precision="bf16")
-    assert ["--precision", "bf16"] in _flags(recipe)
+def test_recipe_carries_the_precision_and_the_time_budget(tmp_path):
+    recipe = demo.write_recipe(str(tmp_path), "c.json", "v.txt", {"train": "t*", "eval": "e*"},
+                               str(tmp_path / "model"), demo.recipe_flags("budget"),
+                               precision="bf16", max_train_time="4m")
+    pairs = _flags(recipe)
+    assert ["--precision", "bf16"] in pairs and ["--max_train_time", "4m"] in pairs
+    assert ["--learning_rate_schedule", "triangle"] in pairs
+
+
+def test_budget_recipe_data_is_unmasked_single_segment_with_room_for_its_masks():
+    """create_pretraining_data.py refuses --masked_lm_prob with --dynamic_masking; the records'
+    masked positions must hold run_pretraining's 30% (its config check)."""
+    recipe = demo.recipe_flags("budget")
+    data = demo.data_flags(recipe)
+    assert "--dynamic_masking=true" in data and "--next_sentence_prediction=false" in data
+    assert not [f for f in data if f.startswith("--masked_lm_prob")]
+    wanted = round(int(recipe["max_seq_length"]) * float(recipe["masked_lm_prob"]))
+    assert int(recipe["max_predictions_per_seq"]) >= wanted
+    classic = demo.data_flags(demo.recipe_flags("classic"))
+    assert "--masked_lm_prob=0.15" in classic and "--next_sentence_prediction=true" in classic
 
 
 def test_a_failed_step_names_its_log_file(tmp_path):
@@ -77,6 +94,9 @@ def test_output_dir_is_replaced_only_when_an_earlier_demo_made_it(tmp_path, caps
     assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache),
                                     dupe_factor=0)) == 1
     assert "--dupe_factor must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache),
+                                    max_train_time="4 minutes")) == 1
+    assert "--max_train_time" in capsys.readouterr().err
     assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache))) == 1
     assert (f"--output_dir={work} holds files not made by an earlier demo run (model.ckpt); "
             "demo replaces the whole directory" in capsys.readouterr().err)

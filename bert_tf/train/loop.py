@@ -50,7 +50,7 @@ from bert_tf.train import distributed, faults, precision
 from bert_tf.train.config import PretrainingConfig, PretrainingConfigError
 from bert_tf.train.elastic import train_elastic
 from bert_tf.train.faults import TrainingError
-from bert_tf.train.pretraining_eval import evaluate
+from bert_tf.train.pretraining_eval import evaluate, trained_metrics
 from bert_tf.train.report import OutputDirError, Reporter, Throughput
 from bert_tf.train.resume import resume_or_initialise, save
 from bert_tf.train.run_setup import (
@@ -78,7 +78,6 @@ class PretrainingState(TrainState):
         model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
         super().__init__(model, config, METRIC_SUMS, name="pretraining",
                          exclude_from_layer_adaptation=config.exclude_from_layer_adaptation)
-        self.next_sentence_prediction = config.next_sentence_prediction
 
     def loss_sums(self, features, dropout_seed) -> dict:
         outputs = self.model(features, training=True, dropout_seed=dropout_seed)
@@ -87,7 +86,7 @@ class PretrainingState(TrainState):
     def objective(self, sums, totals):
         """totals = [mask weight, examples] of the update per micro-batch (TrainState)."""
         mlm_loss = tf.math.divide_no_nan(sums["mlm_loss_sum"], totals[0])
-        if not self.next_sentence_prediction:
+        if not self.config.next_sentence_prediction:
             return mlm_loss
         return mlm_loss + tf.math.divide_no_nan(sums["nsp_loss_sum"], totals[1])
 
@@ -98,10 +97,7 @@ class PretrainingState(TrainState):
         ])
 
     def metrics_from_sums(self, sums) -> dict:
-        metrics = metrics_from_sums(sums)
-        if not self.next_sentence_prediction:  # the loss trained, not the untrained head's
-            metrics["loss"] = metrics["masked_lm_loss"]
-        return metrics
+        return trained_metrics(metrics_from_sums(sums), self.config)
 
 
 # --------------------------------------------------------------------------- the run
@@ -185,7 +181,8 @@ def train(state: PretrainingState, config: PretrainingConfig, files, masking,
                    "(more files than ranks reads faster)")
     batches = iter(train_dataset(config, files, distributed.rank(), num_ranks, masking,
                                  skip_batches=int(state.input_position.numpy())))
-    plan = LoopPlan(sequences_per_update, LOGGED_METRICS, config.save_checkpoints_steps,
+    logged = tuple(trained_metrics(dict.fromkeys(LOGGED_METRICS), config))
+    plan = LoopPlan(sequences_per_update, logged, config.save_checkpoints_steps,
                     config.keep_checkpoint_max, explain_peer_loss=not config.elastic)
     if after_save is not None:
         plan.after_save = after_save

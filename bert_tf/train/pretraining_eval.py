@@ -10,6 +10,18 @@ from bert_tf.train.config import PretrainingConfig
 from bert_tf.train.faults import TrainingError
 
 
+def trained_metrics(metrics: dict, config: PretrainingConfig) -> dict:
+    """`metrics` without the next-sentence ones when the run does not train that head
+    (--nonext_sentence_prediction): its untrained loss would read as a result, and in the
+    loss."""
+    if config.next_sentence_prediction:
+        return metrics
+    kept = {k: v for k, v in metrics.items() if not k.startswith("next_sentence")}
+    if "loss" in kept:
+        kept["loss"] = kept["masked_lm_loss"]
+    return kept
+
+
 def evaluate(model, config: PretrainingConfig, files, masking=None) -> dict:
     """Masked-LM loss/accuracy and NSP accuracy over up to --max_eval_steps batches per rank.
     With `masking` (unmasked records) the masks are fixed by --seed and the batch order."""
@@ -36,4 +48,5 @@ def evaluate(model, config: PretrainingConfig, files, masking=None) -> dict:
         raise TrainingError(f"--eval_files={config.eval_files} gave no batch: each of the "
                             f"{num_ranks} rank(s) needs at least --eval_batch_size="
                             f"{config.eval_batch_size} records")
-    return {**metrics_from_sums(sums), "examples": int(sums["num_examples"])}
+    return {**trained_metrics(metrics_from_sums(sums), config),
+            "examples": int(sums["num_examples"])}
