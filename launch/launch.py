@@ -8,7 +8,8 @@ r"""Starts run_pretraining.py on one or many GPUs/nodes, or prints the command.
 Launchers: horovodrun (one node, or several with --hosts), mpirun (Open MPI with
 the binding and environment forwarding Horovod documents), slurm (writes an
 sbatch script that starts one task per GPU with srun), docker (docker run of our
-image, horovodrun inside). Every option is a named flag; flags this launcher does
+image, horovodrun inside), mpijob (writes a Kubeflow MPI Operator MPIJob for
+Kubernetes and prints its kubectl apply command). Every option is a named flag; flags this launcher does
 not define (--input_files, --output_dir, --init_checkpoint, ...) are passed to
 run_pretraining.py after the recipe, so they override it.
 
@@ -40,13 +41,14 @@ from launchers.common import (  # noqa: E402
 )
 from launchers.docker import docker_command  # noqa: E402
 from launchers.horovodrun import horovodrun_command  # noqa: E402
+from launchers.mpijob import mpijob_manifest  # noqa: E402
 from launchers.mpirun import mpirun_command  # noqa: E402
 from launchers.slurm import check_sbatch_values, sbatch_script  # noqa: E402
 
 from bert_tf.data.files import OutputDirError  # noqa: E402
 from bert_tf.data.output_dir import check_output_dir  # noqa: E402
 
-LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker")
+LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker", "mpijob")
 
 
 def define_flags() -> None:
@@ -95,6 +97,12 @@ def define_flags() -> None:
     flags.DEFINE_string("container_mounts", None, "slurm: srun --container-mounts value.")
     flags.DEFINE_string("sbatch_script", None,
                         "slurm: where to write the job script (default: ./<job_name>.sbatch).")
+    flags.DEFINE_integer("num_workers", d["num_workers"],
+                         "mpijob: worker pods, each with --num_gpus GPUs (slotsPerWorker).")
+    flags.DEFINE_string("pvc_name", d["pvc_name"], "mpijob: PersistentVolumeClaim shared by the "
+                        "pods; its data/ is mounted at /data, its results/ at /results.")
+    flags.DEFINE_string("manifest", None,
+                        "mpijob: where to write the MPIJob (default: ./<job_name>.mpijob.yaml).")
     flags.DEFINE_bool("dry_run", d["dry_run"], "Print the command (and the sbatch script) only.")
     flags.DEFINE_list("network_interface", None,
                       "horovodrun/mpirun across --hosts: the network interface(s) the ranks talk "
@@ -160,13 +168,16 @@ def check_training_flags(config: LaunchConfig) -> None:
 
 
 def build(config: LaunchConfig) -> tuple[list[str], str | None]:
-    """The command to run and, for slurm, the job script it submits."""
+    """The command to run and, for slurm and mpijob, the file it submits."""
     if config.num_gpus < 1 or config.num_nodes < 1:
         raise LaunchError("--num_gpus and --num_nodes must be >= 1")
     if config.launcher == "slurm":
         check_sbatch_values(config)
         path = config.sbatch_script or f"{config.job_name}.sbatch"
         built = ["sbatch", path], sbatch_script(config)
+    elif config.launcher == "mpijob":
+        path = config.manifest or f"{config.job_name}.mpijob.yaml"
+        built = ["kubectl", "apply", "-f", path], mpijob_manifest(config)
     elif config.num_nodes != 1:
         raise LaunchError(f"--num_nodes is for --launcher=slurm; with --launcher="
                           f"{config.launcher} list the nodes in --hosts")
@@ -228,7 +239,8 @@ def main(argv):
 
 
 def launch(config: LaunchConfig) -> int:
-    """Prints the command (and writes the slurm script), then runs it unless a dry run;
+    """Prints the command (and writes the slurm script or the MPIJob), then runs it unless a
+    dry run or an MPIJob (applied where kubectl is);
     returns the exit code."""
     try:
         command, script = build(config)
@@ -237,23 +249,27 @@ def launch(config: LaunchConfig) -> int:
         return 2
     if config.dry_run:
         if script is not None:
-            print(f"# {command[1]}\n{script}", end="")
+            print(f"# {command[-1]}\n{script}", end="")
         print(shlex.join(command), flush=True)
         return 0
     # Before the slurm script is written: a missing sbatch must not cost an existing file.
-    if shutil.which(command[0]) is None:
+    # The MPIJob is applied by the user, where kubectl and the cluster are.
+    if config.launcher != "mpijob" and shutil.which(command[0]) is None:
         print(f"launch: error: {command[0]} not found on PATH: activate the environment that "
               "has it (source .venv/bin/activate) or use --dry_run", file=sys.stderr)
         return 2
     if script is not None:
         try:
-            check_output_dir(os.path.dirname(os.path.abspath(command[1])), "sbatch_script")
+            check_output_dir(os.path.dirname(os.path.abspath(command[-1])),
+                             "manifest" if config.launcher == "mpijob" else "sbatch_script")
         except OutputDirError as e:
-            print(f"launch: error: {e} (the directory of {command[1]})", file=sys.stderr)
+            print(f"launch: error: {e} (the directory of {command[-1]})", file=sys.stderr)
             return 2
-        with open(command[1], "w", encoding="utf-8") as f:
+        with open(command[-1], "w", encoding="utf-8") as f:
             f.write(script)
     print(shlex.join(command), flush=True)
+    if config.launcher == "mpijob":
+        return 0
     if config.launcher in ("horovodrun", "mpirun", "docker"):
         return run_forwarding_stop_signals(command, container=config.launcher == "docker")
     return subprocess.call(command)

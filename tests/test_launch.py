@@ -228,7 +228,7 @@ def test_command_line_flags_become_the_config_and_the_rest_passes_through():
 
 def test_help_lists_every_launcher():
     proc = run_command([PYTHON, LAUNCH, "--help"], check=False)  # absl's --help exits 1
-    assert "--launcher: <horovodrun|mpirun|slurm|docker>" in proc.stdout
+    assert "--launcher: <horovodrun|mpirun|slurm|docker|mpijob>" in proc.stdout
     assert "--[no]dry_run" in proc.stdout
 
 

@@ -48,6 +48,9 @@ class LaunchConfig:
     start_np: int | None = None
     max_np: int | None = None
     host_discovery_script: str | None = None
+    num_workers: int = 1
+    pvc_name: str = "bert-tf-shared"
+    manifest: str | None = None
     # Flags this launcher does not define, for run_pretraining.py (after the recipe: they win).
     training_flags: list[str] = dataclasses.field(default_factory=list)
 

@@ -3,6 +3,7 @@
 import os
 
 from launchers.common import (
+    REPO,
     LaunchConfig,
     across_hosts,
     host_list,
@@ -28,7 +29,8 @@ MPI_NOT_FORWARDED = ("CUDA_VISIBLE_DEVICES",)
 NON_ROUTED_INTERFACES = "lo,docker0"
 
 
-def mpirun_command(config: LaunchConfig) -> list[str]:
+def mpirun_command(config: LaunchConfig, repo=REPO) -> list[str]:
+    """The mpirun command; `repo`: where the nodes have the checkout (the image's for mpijob)."""
     hosts, world = host_list(config)
     command = ["mpirun", "-np", str(world), "-H", hosts]
     if config.allow_run_as_root:
@@ -42,7 +44,7 @@ def mpirun_command(config: LaunchConfig) -> list[str]:
         command += ["-x", name]
     command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
     command += mpirun_cluster_args(config)
-    return command + [config.python] + training_args(config, world)
+    return command + [config.python] + training_args(config, world, repo)
 
 
 def mpirun_cluster_args(config: LaunchConfig) -> list[str]:
