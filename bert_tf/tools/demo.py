@@ -71,9 +71,9 @@ FINETUNING_SEEDS = (1, 2, 3)
 # Runs at once, the cores shared among them: their start-up (imports, tracing) is one thread's
 # work, so two single-thread runs finish sooner than one two-thread run after another.
 FINETUNING_PARALLEL = 2
-# What to try when pretraining did not pay (bench/README.md, "Time to quality").
+# What to try when pretraining did not pay (docs/budget.md).
 PAYS_FROM = ("a longer --max_train_time (budget recipe) or --num_train_steps (classic) trains "
-             "further (bench/README.md, \"Time to quality\")")
+             "further (docs/budget.md)")
 PREDICT_SENTENCES = (
     "she was very glad to [MASK] him again.",
     "he put his [MASK] into his pocket.",
@@ -119,7 +119,7 @@ class DemoConfig:
     cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")
     recipe: str = "budget"
     # The budget recipe's pretraining time: the whole demo within 10 minutes on the slowest
-    # host (bench/README.md, "Time to quality").
+    # host (docs/budget.md).
     max_train_time: str = "5m"
     num_train_steps: int = 0  # 0: the recipe's
     dupe_factor: int = 2
