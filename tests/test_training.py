@@ -231,21 +231,23 @@ def _unigram_baseline(path):
 
 @pytest.mark.ngc
 def test_bf16_with_accumulation_trains_and_evaluates(data, tmp_path):
-    """100 updates of 2 x 8 sequences in bf16: the masked-LM loss falls from
+    """40 updates of 2 x 8 sequences in bf16: the masked-LM loss falls from
     ln(30522) = 10.3 to the unigram level and held-out accuracy reaches the
     frequent-token level. (Beating the unigram baseline takes longer runs than
-    a test can afford on 2 shared cores; see bench/README.md, "Convergence parity".)"""
+    a test can afford on 2 shared cores; see bench/README.md, "Convergence parity".)
+    40 updates, not 100: the loss is under 7 from about update 15 (6.4 at 40, held-out 6.6 on
+    the AVX512/AMX Xeon), and on a CPU without bf16 matmuls every update is emulated."""
     output_dir = tmp_path / "out"
     run_command(pretraining_command(
-        data, output_dir, precision="bf16", num_accumulation_steps=2, num_train_steps=100,
-        num_warmup_steps=10, learning_rate=3e-3, optimizer_type="adamw",
+        data, output_dir, precision="bf16", num_accumulation_steps=2, num_train_steps=40,
+        num_warmup_steps=4, learning_rate=3e-3, optimizer_type="adamw",
         save_checkpoints_steps=1000, log_every_n_steps=10, do_eval=True, eval_files=data.eval,
-        max_eval_steps=50, eval_batch_size=16), env=ONE_THREAD)
+        max_eval_steps=20, eval_batch_size=16), env=ONE_THREAD)
     records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(10, 101, 10))
+    assert [r["step"] for r in records] == list(range(10, 41, 10))
     assert all(np.isfinite(r["loss"]) for r in records)
     assert records[-1]["masked_lm_loss"] < 7.5  # from ln(30522) = 10.3 at initialisation
-    assert (output_dir / "model.ckpt-100.index").exists()
+    assert (output_dir / "model.ckpt-40.index").exists()
     summary = json.loads((output_dir / "train_summary.json").read_text())
     assert summary["avg_sequences_per_second"] > 0 and summary["time_to_train_hours"] > 0
 
