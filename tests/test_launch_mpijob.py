@@ -2,6 +2,7 @@
 (launch/schemas, which embeds the core PodTemplateSpec schema) for the recipes' GPU counts, the
 launcher pod runs our mpirun launcher's command, and bad flag combinations are refused."""
 
+import gzip
 import importlib.util
 import os
 
@@ -12,7 +13,7 @@ from conftest import REPO
 
 LAUNCH = REPO / "launch" / "launch.py"
 RECIPES = REPO / "launch" / "recipes"
-CRD = REPO / "launch" / "schemas" / "kubeflow.org_mpijobs.yaml"
+CRD = REPO / "launch" / "schemas" / "kubeflow.org_mpijobs.yaml.gz"
 DATA = ["--input_files=/data/phase1/*", "--output_dir=/results/phase1"]
 
 _spec = importlib.util.spec_from_file_location("launch", LAUNCH)
@@ -31,7 +32,7 @@ def in_repo(monkeypatch):
 
 @pytest.fixture(scope="module")
 def mpijob_schema():
-    with open(CRD, encoding="utf-8") as f:
+    with gzip.open(CRD, "rt", encoding="utf-8") as f:
         crd = yaml.safe_load(f)
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v2beta1"]
     return version["schema"]["openAPIV3Schema"]
