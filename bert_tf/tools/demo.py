@@ -291,26 +291,25 @@ def downstream_lines(finetuned):
     ]
 
 
-def masked_token_counts(pattern, special_ids):
+def masked_token_counts(pattern, unmasked, special_ids):
     """Counts of the tokens the model predicts in the TFRecords matching `pattern`: the
-    masked_lm_ids (weight > 0) of masked records, and of unmasked ones (--dynamic_masking,
+    masked_lm_ids (weight > 0) of masked records; of `unmasked` ones (--dynamic_masking,
     masked anew at every step) every real token but `special_ids` ([CLS], [SEP])."""
     import tensorflow as tf
 
-    spec = {name: tf.io.VarLenFeature(tf.int64)
-            for name in ("masked_lm_ids", "input_ids", "input_mask")}
-    spec["masked_lm_weights"] = tf.io.VarLenFeature(tf.float32)
-    masked, tokens = collections.Counter(), collections.Counter()
+    ids, weights = ("input_ids", "input_mask") if unmasked else ("masked_lm_ids",
+                                                                  "masked_lm_weights")
+    spec = {ids: tf.io.VarLenFeature(tf.int64),
+            weights: tf.io.VarLenFeature(tf.int64 if unmasked else tf.float32)}
+    counts = collections.Counter()
     dataset = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern)).batch(1024).map(
         lambda records: tf.io.parse_example(records, spec))
     for batch in dataset:
-        ids = batch["masked_lm_ids"].values.numpy()
-        masked.update(ids[batch["masked_lm_weights"].values.numpy() > 0].tolist())
-        ids = batch["input_ids"].values.numpy()
-        tokens.update(ids[batch["input_mask"].values.numpy() > 0].tolist())
+        kept = batch[weights].values.numpy() > 0
+        counts.update(batch[ids].values.numpy()[kept].tolist())
     for special in special_ids:
-        tokens.pop(special, None)
-    return masked or tokens
+        counts.pop(special, None)
+    return counts
 
 
 def unigram_baseline(train_counts, eval_counts, vocab_size):
@@ -513,8 +512,9 @@ def run(config: DemoConfig) -> int:
         from bert_tf.data.tokenization import FullTokenizer
         tokenizer = FullTokenizer(vocab)
         special_ids = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
-        train_counts = masked_token_counts(records["train"], special_ids)
-        eval_counts = masked_token_counts(records["eval"], special_ids)
+        unmasked = recipe["dynamic_masking"] == "true"
+        train_counts = masked_token_counts(records["train"], unmasked, special_ids)
+        eval_counts = masked_token_counts(records["eval"], unmasked, special_ids)
         top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts,
                                                             len(tokenizer.vocab))
         top_token = tokenizer.convert_ids_to_tokens([top_id])[0]
