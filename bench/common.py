@@ -154,6 +154,13 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def peer_python(venv):
+    """The interpreter of a benchmark peer venv (bench/setup_peers.sh makes them under
+    $BENCH_VENVS, default ~/.cache/bert_tf/bench-venvs)."""
+    venvs = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache" / "bert_tf" / "bench-venvs"))
+    return venvs / venv / "bin" / "python"
+
+
 def set_thread_env(num_threads, env=None):
     """Environment for a child process limited to `num_threads` compute threads
     (OpenMP/oneDNN, MKL, TensorFlow and PyTorch all read one of these)."""

@@ -26,7 +26,6 @@ ratios; e.g. `--frameworks bert_tf --only bert_tf:fp32:off,bert_tf-baseline:fp32
 """
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -39,7 +38,6 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 OURS_PYTHON = REPO / ".venv" / "bin" / "python"
 HOROVODRUN = REPO / ".venv" / "bin" / "horovodrun"
-BENCH_VENVS = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache/bert_tf/bench-venvs"))
 # framework -> (venv, script, TF_ENABLE_ONEDNN_OPTS for the row; None = TensorFlow's default).
 # TF leaves its oneDNN kernels off on CPUs without AVX512_VNNI/BF16/AMX and bert_tf turns them
 # on, so Model Garden runs both as its users get it and with oneDNN on.
@@ -177,7 +175,7 @@ def row_command(args, framework, shape, precision, xla):
     env.pop("TF_ENABLE_ONEDNN_OPTS", None)
     if onednn:
         env["TF_ENABLE_ONEDNN_OPTS"] = onednn
-    python = BENCH_VENVS / venv / "bin" / "python"
+    python = common.peer_python(venv)
     if not python.exists():
         return None, f"{python} missing: run bash bench/setup_peers.sh"
     return [python, script, *child_args(args, shape, precision, batch, args.threads,

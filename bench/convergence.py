@@ -49,7 +49,6 @@ from bert_tf.tools.demo import EVAL_BOOKS, TRAIN_BOOKS  # noqa: E402  the demo's
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-BENCH_VENVS = Path(os.environ.get("BENCH_VENVS", Path.home() / ".cache/bert_tf/bench-venvs"))
 GUTENBERG = REPO.parent / "shared" / "data" / "corpora" / "gutenberg"
 VOCAB = REPO.parent / "shared" / "data" / "vocab" / "bert-base-uncased.txt"
 ALL_RUNS = ("bert_tf", "bert_tf_2rank", "hf", "modelgarden", "hf_trainer", "bert_tf_trust_all",
@@ -277,7 +276,7 @@ def evaluate_checkpoints(out, config_file, init_checkpoint, eval_npz):
 def run_peer(name, args, weights, train_npz, eval_npz):
     """A peer script in its venv; `weights` = {"hf_dir", "config_file", "init_checkpoint"}."""
     venv, script, extra = PEERS[name.removesuffix("_trust_all")]
-    python = BENCH_VENVS / venv / "bin" / "python"
+    python = common.peer_python(venv)
     if not python.exists():
         run(["bash", BENCH / "setup_peers.sh", venv])
     if venv == "hf":

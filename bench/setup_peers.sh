@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the benchmark-only peer venvs OUTSIDE the repo, idempotently (all, or only those
 # named as arguments: `bench/setup_peers.sh hf`):
-#   $BENCH_VENVS/hf           torch==2.13.0 (CPU build) + transformers
+#   $BENCH_VENVS/hf           torch==2.13.0 (CPU build) + transformers + accelerate (Trainer)
 #   $BENCH_VENVS/modelgarden  tf-models-official==2.20.0 (TF Model Garden)
 #   $BENCH_VENVS/wikiextractor wikiextractor==3.1.0 (bench/wikipedia.py)
 # A finished venv is marked by .bench-installed; anything without it is rebuilt.
@@ -44,7 +44,7 @@ make_venv() {  # make_venv NAME CHECK_MODULE PIP_ARGS...  (each PIP_ARGS: one `p
 # torch first and pinned: 2.13.0 is the CPU build on this machine's disk; a
 # plain `pip install transformers` then keeps it instead of fetching another.
 wanted() { [[ $# -eq 0 ]] || [[ " $* " == *" $name "* ]]; }
-name=hf; if wanted "$@"; then make_venv hf transformers "torch==2.13.0" "transformers"; fi
+name=hf; if wanted "$@"; then make_venv hf transformers "torch==2.13.0" "transformers accelerate==1.16.0"; fi
 name=modelgarden; if wanted "$@"; then make_venv modelgarden official "tf-models-official==2.20.0"; fi
 name=wikiextractor; if wanted "$@"; then make_venv wikiextractor wikiextractor "wikiextractor==3.1.0"; fi
 echo "setup_peers: ready ($BENCH_VENVS)"
