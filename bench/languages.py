@@ -66,8 +66,8 @@ WHOLE_WORD_MASKING = {"today": ["--do_whole_word_mask"], "mecab": ["--do_whole_w
                       "sentencepiece": []}
 INITS = ("today", "mecab", "sentencepiece", "random")
 VOCAB_SIZE = 8000  # the demo's
-# Fine-tuning: the peak learning rate pretraining_pays.py found for tagging with this model
-# (3e-4; bench/README.md, "Pretraining pays?"), more passes over the 400 Japanese sentences
+# Fine-tuning: the peak learning rate bench/pretraining_pays.py (since retired) found for
+# tagging with this model (3e-4; bench/README.md, "Pretraining pays?"), more passes over the 400 Japanese sentences
 # than over the 3,200 Korean ones (about 250 updates each).
 FINETUNING_FLAGS = ("--task_name=ner", "--train_batch_size=16",
                     "--learning_rate=3e-4", "--do_train", "--do_eval", "--do_predict",

@@ -72,7 +72,7 @@ UPOS_FLAGS = ("--task_name=pos", "--max_seq_length=64", "--train_batch_size=16",
 TASKS = {"books": demo.FINETUNING_FLAGS, "upos200": UPOS_FLAGS}
 # UPOS at 3e-4, not bench/finetune.py's 1e-4 (made for MiniLM): at 1e-4 the demo's model
 # tagged 2.6 points worse than random init on upos200, at 3e-4 2.2 points better
-# (bench/README.md, "Pretraining pays?", bench/pretraining_pays.py at b7a1f0e).
+# (bench/README.md, "Pretraining pays?"; bench/pretraining_pays.py, retired after 3b7f86a).
 LEARNING_RATES = {"books": demo.FINETUNING_LEARNING_RATE, "upos200": 3e-4}
 
 
