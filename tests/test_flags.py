@@ -69,6 +69,7 @@ def flags_of_every_command() -> dict:
 # Captured from main at a8bd354, before the shared flag groups. doctor takes run_pretraining's
 # flags and its own; `finetune` is run_finetuning.py.
 PRETRAINING = {
+    'adam_bias_correction': ('BooleanParser', None, False),
     'bert_config_file': ('ArgumentParser', None, None),
     'do_eval': ('BooleanParser', None, False),
     'do_train': ('BooleanParser', None, False),
@@ -113,6 +114,7 @@ PRETRAINING = {
     'next_sentence_prediction': ('BooleanParser', None, True),
 }
 FINETUNING = {
+    'adam_bias_correction': ('BooleanParser', None, False),
     'bert_config_file': ('ArgumentParser', None, None),
     'data_dir': ('ArgumentParser', None, None),
     'do_eval': ('BooleanParser', None, False),

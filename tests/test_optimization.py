@@ -45,6 +45,17 @@ def test_adamw_first_step_is_googles_uncorrected_adam_and_skips_decay_for_bias_l
                                np.full([2, 2], 0.02), rtol=1e-6)
 
 
+def test_adamw_with_bias_correction_steps_by_the_learning_rate_at_first_and_later():
+    variables = {"layer/dense/bias": tf.Variable([0.3, -0.3])}
+    opt = optimization.create_optimizer("adamw", variables, weight_decay_rate=0.0,
+                                        bias_correction=True)
+    for step in range(3):  # a constant gradient: corrected m / sqrt(v) is 1 at every step
+        before = variables["layer/dense/bias"].numpy().copy()
+        opt.apply([tf.constant([0.2, -0.2])], learning_rate=0.01, step=step)
+        np.testing.assert_allclose(variables["layer/dense/bias"].numpy() - before,
+                                   [-0.01, 0.01], rtol=1e-3)
+
+
 def test_lamb_moves_weights_by_learning_rate_times_their_norm_and_bias_layernorm_by_adam():
     variables = _variables()
     before = {n: v.numpy().copy() for n, v in variables.items()}

@@ -42,6 +42,7 @@ class FinetuningConfig:
     fp16_allreduce: bool = False
     deterministic: bool = False
     weight_decay_rate: float = 0.01
+    adam_bias_correction: bool = False  # Google's fine-tuning rule; docs/budget.md
     text_a_column: int = 0
     text_b_column: int = -1
     label_column: int = 1

@@ -122,8 +122,8 @@ def unscale_and_clip(grads, divisor=1.0):
 
 
 class AdamWeightDecay(tf.Module):
-    """Google BERT's Adam with decoupled weight decay (no bias correction) over float32
-    master variables."""
+    """Google BERT's Adam with decoupled weight decay over float32 master variables: without
+    bias correction unless `bias_correction` (Keras's and PyTorch's Adam)."""
 
     compiles_large_updates = False  # see FUSED_UPDATE_MIN_PARAMETERS
 
@@ -131,8 +131,9 @@ class AdamWeightDecay(tf.Module):
                  beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
                  exclude_from_weight_decay=EXCLUDE_FROM_WEIGHT_DECAY,
                  exclude_from_layer_adaptation=EXCLUDE_FROM_LAYER_ADAPTATION,
-                 name: str | None = None):
+                 bias_correction: bool = False, name: str | None = None):
         super().__init__(name=name)
+        self.bias_correction = bias_correction
         self.names = list(variables_by_name)
         self.params = list(variables_by_name.values())
         self.weight_decay_rate = weight_decay_rate
@@ -162,15 +163,19 @@ class AdamWeightDecay(tf.Module):
         return slots
 
     def _update(self, grads, learning_rate, step) -> None:
-        """Google's AdamW update; `step` is unused: it has no bias correction.
+        """Google's AdamW update, bias-corrected for `step` (updates applied before) with
+        `bias_correction`.
 
         TF's fused Adam kernel updates m, v and the variable in one pass over memory, where
-        separate ops would make several. Beta powers of 0 turn its bias correction off. The
+        separate ops would make several. It scales the learning rate by
+        sqrt(1 - beta2_power) / (1 - beta1_power): powers of 0 turn that correction off. The
         decay term lr * rate * w uses the weights before the update, so applying it first
         gives Google's update exactly."""
-        del step
         learning_rate = tf.cast(learning_rate, tf.float32)
-        constants = dict(beta1_power=tf.constant(0.0), beta2_power=tf.constant(0.0),
+        t = tf.cast(step, tf.float32) + 1.0
+        powers = (tf.pow(self.beta_1, t), tf.pow(self.beta_2, t)) if self.bias_correction \
+            else (tf.constant(0.0), tf.constant(0.0))
+        constants = dict(beta1_power=powers[0], beta2_power=powers[1],
                          beta1=tf.constant(self.beta_1), beta2=tf.constant(self.beta_2),
                          epsilon=tf.constant(self.epsilon))
         for param, m, v, grad, decays in zip(self.params, self.m, self.v, grads, self.decays,
@@ -212,8 +217,8 @@ class Lamb(AdamWeightDecay):
 
 def create_optimizer(optimizer_type: str, variables_by_name: dict[str, tf.Variable],
                      weight_decay_rate: float,
-                     exclude_from_layer_adaptation=EXCLUDE_FROM_LAYER_ADAPTATION
-                     ) -> AdamWeightDecay:
+                     exclude_from_layer_adaptation=EXCLUDE_FROM_LAYER_ADAPTATION,
+                     bias_correction: bool = False) -> AdamWeightDecay:
     """The optimizer of `optimizer_type` over `variables_by_name`.
 
     Args:
@@ -222,6 +227,7 @@ def create_optimizer(optimizer_type: str, variables_by_name: dict[str, tf.Variab
       weight_decay_rate: decoupled weight decay (never on LayerNorm and bias).
       exclude_from_layer_adaptation: regexes of the variables LAMB gives no trust ratio;
         empty = every variable has one (NVIDIA's TensorFlow LAMB). Unused by adamw.
+      bias_correction: adamw: correct Adam's moments (LAMB always does).
 
     Returns:
       An AdamWeightDecay (or its subclass Lamb).
@@ -232,7 +238,7 @@ def create_optimizer(optimizer_type: str, variables_by_name: dict[str, tf.Variab
     cls = Lamb if optimizer_type == "lamb" else AdamWeightDecay
     return cls(variables_by_name, weight_decay_rate=weight_decay_rate,
                exclude_from_layer_adaptation=tuple(exclude_from_layer_adaptation),
-               name="optimizer")
+               bias_correction=bias_correction, name="optimizer")
 
 
 def _matches(name: str, patterns) -> bool:

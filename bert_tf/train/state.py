@@ -73,7 +73,7 @@ class TrainState(tf.Module):
         self.params = variables_by_name(model)
         self.optimizer = optimization.create_optimizer(
             config.optimizer_type, self.params, config.weight_decay_rate,
-            exclude_from_layer_adaptation)
+            exclude_from_layer_adaptation, bias_correction=config.adam_bias_correction)
         precision.configure_xla_matmuls(config.precision, config.use_xla, precision.has_gpu())
         self.loss_scale = precision.DynamicLossScale(
             enabled=precision.uses_loss_scaling(config.precision, precision.has_gpu()))
