@@ -1,7 +1,7 @@
 """Does splitting Japanese and Korean into real words pay? Entity F1 by tokenizer (issue 34).
 
 For each language, the same small architecture (the demo's L2 H128, bert_tf/tools/demo.py) is
-pretrained on the same text with each tokenizer, then fine-tuned on NER by cross-validation:
+pretrained with the demo's recipe (--recipe) on the same text with each tokenizer, then fine-tuned on NER by cross-validation:
   - today:  Google's split (CJK ideographs one per word, kana/Hangul runs between spaces), cased,
             WordPiece, whole-word masking by `##`;
   - mecab:  MeCab words (ja: fugashi + unidic-lite; ko: python-mecab-ko) then WordPiece,
@@ -22,14 +22,16 @@ entity micro-F1 over the input's own units, computed here from each run's predic
 Writes bench/results/languages_NAME.{json,md} and asserts nothing; everything else lives in
 --work_dir (default ~/.cache/bert_tf/languages/NAME), and a rerun skips finished steps.
 
-    .venv/bin/python bench/languages.py --name=reduced --folds=2 --seeds=1 --num_train_steps=300
-    .venv/bin/python bench/languages.py --name=full  # 10 folds x 3 seeds, 2,000 updates
+    .venv/bin/python bench/languages.py --name=budget --folds=3 --seeds=2 --tokenizers=mecab
+    .venv/bin/python bench/languages.py --name=full  # 10 folds x 3 seeds, budget recipe, 5m
+    .venv/bin/python bench/languages.py --name=classic --recipe=classic  # 2,000 updates
 """
 
 import argparse
 import concurrent.futures
 import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,9 +85,14 @@ def parse_args():
     parser.add_argument("--num_folds", type=int, default=10)
     parser.add_argument("--folds", type=int, default=10, help="evaluate the first FOLDS folds")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--recipe", default="budget", choices=tuple(demo.RECIPES),
+                        help="the demo's pretraining recipe (launch/recipes/demo_*.flags); "
+                             "use one --name per recipe: their records differ")
+    parser.add_argument("--max_train_time", default="5m",
+                        help="--recipe=budget: the pretraining budget (the demo's)")
     parser.add_argument("--num_train_steps", type=int, default=0,
-                        help="pretraining updates of 64 sequences (0: the demo's classic "
-                             "recipe's)")
+                        help="pretraining updates of 64 sequences (0: the recipe's; budget: "
+                             "a cap)")
     parser.add_argument("--max_seq_length", type=int, default=128,
                         help="pretraining and fine-tuning sequence length (word pieces)")
     parser.add_argument("--tokenizers", default="mecab,today,sentencepiece",
@@ -166,37 +173,48 @@ def prepare(lang, tokenizer, corpus: Path, args, work: Path) -> dict:
             demo.run_step(f"{lang} {tokenizer} {split} records", [
                 sys.executable, "create_pretraining_data.py", f"--input_file={','.join(files)}",
                 f"--output_file={out / 'data' / (split + '-{shard:05d}.tfrecord')}",
-                f"--vocab_file={vocab}", *demo.data_flags(recipe(args)),
-                "--nodo_lower_case", *WHOLE_WORD_MASKING[tokenizer],
+                f"--vocab_file={vocab}", *demo.data_flags(recipe(args, tokenizer)),
+                "--nodo_lower_case", *data_masking_flags(args, tokenizer),
                 f"--dupe_factor={dupe}",
                 "--random_seed=12345", "--noprogress"], log_file=out / f"{split}-records.log")
     return {"dir": out, "vocab": str(vocab), "records": records,
             "config": demo.write_model_config(str(out), str(vocab))}
 
 
-def recipe(args) -> dict:
-    """The demo's classic recipe for --num_train_steps at --max_seq_length, with Google's 20
-    masked positions per 128 pieces in proportion."""
-    flags_of = demo.recipe_flags("classic", args.num_train_steps)
+def recipe(args, tokenizer) -> dict:
+    """The demo's --recipe for --num_train_steps at --max_seq_length, its masked positions per
+    piece in proportion; whole words masked as WHOLE_WORD_MASKING says (--dynamic_masking:
+    by run_pretraining.py, else in the records)."""
+    flags_of = demo.recipe_flags(args.recipe, args.num_train_steps)
     per_piece = int(flags_of["max_predictions_per_seq"]) / int(flags_of["max_seq_length"])
     flags_of.update(max_seq_length=str(args.max_seq_length),
                     max_predictions_per_seq=str(max(1, round(per_piece * args.max_seq_length))))
+    if flags_of["dynamic_masking"] == "true" and WHOLE_WORD_MASKING[tokenizer]:
+        flags_of["do_whole_word_mask"] = "true"
     return flags_of
 
 
+def data_masking_flags(args, tokenizer) -> list:
+    """create_pretraining_data's whole-word flag: only for records masked when written."""
+    dynamic = recipe(args, tokenizer)["dynamic_masking"] == "true"
+    return [] if dynamic else WHOLE_WORD_MASKING[tokenizer]
+
+
 def pretrain(lang, tokenizer, model: dict, args) -> str:
-    """The demo's recipe for --num_train_steps (2 Horovod ranks); the checkpoint prefix."""
-    steps = int(recipe(args)["num_train_steps"])
-    prefix = model["dir"] / "model" / f"model.ckpt-{steps}"
-    if not Path(f"{prefix}.index").exists():
-        flagfile = demo.write_recipe(str(model["dir"]), model["config"], model["vocab"],
-                                     model["records"], str(model["dir"] / "model"),
-                                     recipe(args), save_every=steps,
-                                     precision=demo.pretraining_precision("auto",
-                                                                          demo.cpu_flags()))
+    """The demo's --recipe (2 Horovod ranks; budget: for --max_train_time); the directory of
+    its checkpoint."""
+    model_dir = model["dir"] / "model"
+    if not (model_dir / "train_summary.json").exists():
+        shutil.rmtree(model_dir, ignore_errors=True)  # a stopped run's: start again
+        flags_of = recipe(args, tokenizer)
+        flagfile = demo.write_recipe(
+            str(model["dir"]), model["config"], model["vocab"], model["records"],
+            str(model_dir), flags_of, save_every=int(flags_of["num_train_steps"]),
+            precision=demo.pretraining_precision("auto", demo.cpu_flags()),
+            max_train_time=args.max_train_time if args.recipe == "budget" else "")
         demo.run_step(f"{lang} {tokenizer} pretraining", demo.pretraining_command(flagfile),
                       log_file=model["dir"] / "pretraining.log", env=demo.PRETRAINING_THREADS)
-    return str(prefix)
+    return str(model_dir)
 
 
 def finetune(lang, init, fold, seed, model, checkpoint, args) -> dict:
@@ -291,7 +309,9 @@ def markdown(args, rows, results, cuts=()) -> str:
           pct(r.get("vs_random")), pct(r.get("vs_random_sd")), r.get("vs_random_wins")]
          for r in rows])
     text = (f"# NER entity F1 by tokenizer: {args.folds} of {args.num_folds} folds x "
-            f"{args.seeds} seed(s), {recipe(args)['num_train_steps']} pretraining updates of 64 sequences of "
+            f"{args.seeds} seed(s), the demo's {args.recipe} recipe ("
+            + (f"{args.max_train_time} of updates" if args.recipe == "budget" else
+               f"{recipe(args, 'mecab')['num_train_steps']} updates") + ") of 64 sequences of "
             f"{args.max_seq_length} pieces, L2 H128 (the demo's model); majority baseline (all O) "
             f"F1 = 0\n\nCommand: `{' '.join(['.venv/bin/python', *sys.argv])}`\n\n{table}\n")
     if cuts:
@@ -304,34 +324,35 @@ def markdown(args, rows, results, cuts=()) -> str:
     return text
 
 
-def run_language(lang, args, pool) -> dict:
-    """Pretrains each tokenizer in turn, its fine-tuning runs queued on `pool` as soon as its
-    model exists (random init's at once); returns {(init, fold, seed): future}."""
+def pretrain_language(lang, args) -> dict:
+    """The fold directories, text and every tokenizer's model of one language, pretrained in
+    turn; {init: (model, checkpoint)}, random init with the mecab model and no checkpoint."""
     work = args.work_dir / lang
     work.mkdir(parents=True, exist_ok=True)
     sentences = ner.read_ner_file(str(LANGUAGES[lang]["ner"]), lenient=True)
     parts = folds(sentences, args.num_folds)
     write_fold_dirs(sentences, parts, args, work / "folds")
     corpus = pretraining_text(lang, sentences, parts, args, work)
-    runs = list(itertools.product(range(args.folds), range(1, args.seeds + 1)))
-    jobs = {}
+    inits = {}
     for tokenizer in args.tokenizers:
         model = prepare(lang, tokenizer, corpus, args, work)
+        inits[tokenizer] = (model, pretrain(lang, tokenizer, model, args))
         if tokenizer == "mecab":
-            jobs.update({("random", *run): pool.submit(finetune, lang, "random", *run, model, "",
-                                                       args) for run in runs})
-        checkpoint = pretrain(lang, tokenizer, model, args)
-        jobs.update({(tokenizer, *run): pool.submit(finetune, lang, tokenizer, *run, model,
-                                                    checkpoint, args) for run in runs})
-    return jobs
+            inits["random"] = (model, "")
+    return inits
 
 
 def main():
     args = parse_args()
     results = {}
+    # Every pretraining first: a fine-tuning run beside one would take a time budget's CPU.
+    inits = {lang: pretrain_language(lang, args) for lang in args.languages}
+    runs = list(itertools.product(range(args.folds), range(1, args.seeds + 1)))
     with concurrent.futures.ThreadPoolExecutor(args.parallel_finetuning) as pool:
-        jobs = {(lang, *key): future for lang in args.languages
-                for key, future in run_language(lang, args, pool).items()}
+        jobs = {(lang, init, *run): pool.submit(finetune, lang, init, *run, model, checkpoint,
+                                                args)
+                for lang, models in inits.items()
+                for init, (model, checkpoint) in models.items() for run in runs}
         for (lang, init, fold, seed), future in jobs.items():
             results.setdefault((lang, init), {})[f"{fold}-{seed}"] = future.result()
             rows = summarise(results)
