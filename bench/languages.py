@@ -1,7 +1,8 @@
 """Does splitting Japanese and Korean into real words pay? Entity F1 by tokenizer (issue 34).
 
 For each language, the same small architecture (the demo's L2 H128, bert_tf/tools/demo.py) is
-pretrained with the demo's recipe (--recipe) on the same text with each tokenizer, then fine-tuned on NER by cross-validation:
+pretrained with the demo's recipe (--recipe) on the same text with each tokenizer, then
+fine-tuned on NER by cross-validation:
   - today:  Google's split (CJK ideographs one per word, kana/Hangul runs between spaces), cased,
             WordPiece, whole-word masking by `##`;
   - mecab:  MeCab words (ja: fugashi + unidic-lite; ko: python-mecab-ko) then WordPiece,
