@@ -30,7 +30,8 @@ lint: venv
 XDIST := -n auto --maxprocesses=4 --dist loadfile
 
 test: lint
-	$(PY) -m pytest -q $(XDIST) tests --ignore=tests/test_cluster.py --ignore=tests/test_container.py
+	$(PY) -m pytest -q $(XDIST) tests --ignore=tests/test_cluster.py --ignore=tests/test_container.py \
+	  --ignore=tests/test_ray.py
 
 # TensorFlow 2.17 (the NGC image's) on Python 3.11: the tests marked `ngc`, which cover
 # the TensorFlow and Horovod APIs we use (see README.md, "Supported TensorFlow").
@@ -38,9 +39,10 @@ test-ngc: $(NGC_STAMP)
 	$(NGC_VENV)/bin/python -m pytest -q $(XDIST) -m ngc tests --ignore=tests/test_cluster.py \
 	  --ignore=tests/test_container.py
 
-# Two nodes x two ranks on network namespaces with sshd (needs root); see docs/running.md.
+# Two nodes x two ranks on network namespaces with sshd (needs root); see docs/running.md. And
+# launch.py --launcher=ray on a two-node local Ray cluster on loopback (tests/test_ray.py).
 test-cluster: venv
-	$(PY) -m pytest -q tests/test_cluster.py
+	$(PY) -m pytest -q tests/test_cluster.py tests/test_ray.py
 
 # The job in NGC's container: our Dockerfile on a CPU stand-in for NGC's image, run with podman
 # (needs root; installs podman, runc, debootstrap); docs/running.md, "Docker".

@@ -9,7 +9,8 @@ Launchers: horovodrun (one node, or several with --hosts), mpirun (Open MPI with
 the binding and environment forwarding Horovod documents), slurm (writes an
 sbatch script that starts one task per GPU with srun), docker (docker run of our
 image, horovodrun inside), mpijob (writes a Kubeflow MPI Operator MPIJob for
-Kubernetes and prints its kubectl apply command). Every option is a named flag; flags this launcher does
+Kubernetes and prints its kubectl apply command), ray (Horovod's Ray integration on a Ray
+cluster, --ray_address, or on a local Ray node started for the job). Every option is a named flag; flags this launcher does
 not define (--input_files, --output_dir, --init_checkpoint, ...) are passed to
 run_pretraining.py after the recipe, so they override it.
 
@@ -48,7 +49,7 @@ from launchers.slurm import check_sbatch_values, sbatch_script  # noqa: E402
 from bert_tf.data.files import OutputDirError  # noqa: E402
 from bert_tf.data.output_dir import check_output_dir  # noqa: E402
 
-LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker", "mpijob")
+LAUNCHERS = ("horovodrun", "mpirun", "slurm", "docker", "mpijob", "ray")
 
 
 def define_flags() -> None:
@@ -98,11 +99,20 @@ def define_flags() -> None:
     flags.DEFINE_string("sbatch_script", None,
                         "slurm: where to write the job script (default: ./<job_name>.sbatch).")
     flags.DEFINE_integer("num_workers", d["num_workers"],
-                         "mpijob: worker pods, each with --num_gpus GPUs (slotsPerWorker).")
+                         "mpijob: worker pods, each with --num_gpus GPUs (slotsPerWorker). ray: "
+                         "Ray nodes, each running --num_gpus ranks.")
     flags.DEFINE_string("pvc_name", d["pvc_name"], "mpijob: PersistentVolumeClaim shared by the "
                         "pods; its data/ is mounted at /data, its results/ at /results.")
     flags.DEFINE_string("manifest", None,
                         "mpijob: where to write the MPIJob (default: ./<job_name>.mpijob.yaml).")
+    flags.DEFINE_string("ray_address", None, "ray: address of the Ray cluster (ray start --head "
+                        "prints it, e.g. 10.0.0.1:6379, or 'auto'); default: a local Ray node "
+                        "started for the job.")
+    flags.DEFINE_integer("ray_cpus_per_worker", d["ray_cpus_per_worker"],
+                         "ray: Ray CPUs each rank reserves (also the slot size of elastic runs).")
+    flags.DEFINE_integer("ray_gpus_per_worker", None,
+                         "ray: Ray GPUs each rank reserves; default: 1 when the Ray cluster "
+                         "has GPUs, else 0.")
     flags.DEFINE_bool("dry_run", d["dry_run"], "Print the command (and the sbatch script) only.")
     flags.DEFINE_list("network_interface", None,
                       "horovodrun/mpirun across --hosts: the network interface(s) the ranks talk "
@@ -122,8 +132,9 @@ def define_flags() -> None:
                         "horovodrun: run elastic (--elastic training keeping --global_batch_size) "
                         "with this executable printing the available hosts, one 'host:slots' a "
                         "line; replaces --hosts. Needs --min_np.")
-    flags.DEFINE_integer("min_np", None, "Elastic (--host_discovery_script): the fewest ranks to "
-                         "train with; it starts once this many slots are listed.")
+    flags.DEFINE_integer("min_np", None, "Elastic (--host_discovery_script; with --launcher=ray, "
+                         "elastic on Ray's slots): the fewest ranks to train with; it starts "
+                         "once this many slots are listed.")
     flags.DEFINE_integer("start_np", None, "Elastic: the ranks to start with (horovodrun -np); "
                          "it waits until that many slots are listed. Default: --min_np.")
     flags.DEFINE_integer("max_np", None, "Elastic (--host_discovery_script): the most ranks to "
@@ -178,6 +189,10 @@ def build(config: LaunchConfig) -> tuple[list[str], str | None]:
     elif config.launcher == "mpijob":
         path = config.manifest or f"{config.job_name}.mpijob.yaml"
         built = ["kubectl", "apply", "-f", path], mpijob_manifest(config)
+    elif config.launcher == "ray":
+        from launchers.ray import ray_command  # imports Ray: only for this launcher
+
+        built = ray_command(config), None
     elif config.num_nodes != 1:
         raise LaunchError(f"--num_nodes is for --launcher=slurm; with --launcher="
                           f"{config.launcher} list the nodes in --hosts")
@@ -248,6 +263,8 @@ def launch(config: LaunchConfig) -> int:
         print(f"launch: error: {e}", file=sys.stderr)
         return 2
     if config.dry_run:
+        if config.launcher == "ray":
+            print(f"# on Ray ({config.ray_address or 'a local Ray node'}), every rank runs:")
         if script is not None:
             print(f"# {command[-1]}\n{script}", end="")
         print(shlex.join(command), flush=True)
@@ -270,6 +287,10 @@ def launch(config: LaunchConfig) -> int:
     print(shlex.join(command), flush=True)
     if config.launcher == "mpijob":
         return 0
+    if config.launcher == "ray":
+        from launchers.ray import run_on_ray
+
+        return run_on_ray(config, command)
     if config.launcher in ("horovodrun", "mpirun", "docker"):
         return run_forwarding_stop_signals(command, container=config.launcher == "docker")
     return subprocess.call(command)

@@ -228,7 +228,7 @@ def test_command_line_flags_become_the_config_and_the_rest_passes_through():
 
 def test_help_lists_every_launcher():
     proc = run_command([PYTHON, LAUNCH, "--help"], check=False)  # absl's --help exits 1
-    assert "--launcher: <horovodrun|mpirun|slurm|docker|mpijob>" in proc.stdout
+    assert "--launcher: <horovodrun|mpirun|slurm|docker|mpijob|ray>" in proc.stdout
     assert "--[no]dry_run" in proc.stdout
 
 
@@ -360,3 +360,34 @@ def test_slurm_keeps_an_existing_script_when_sbatch_is_missing(capsys, monkeypat
     assert code == 2 and ("--sbatch_script=/sys/kernel/bert_tf is not writable (/sys/kernel: "
                           in capsys.readouterr().err)
     assert not (tmp_path / "sbatch.ran").exists()
+
+
+def test_ray_dry_run_prints_what_every_rank_runs(capsys):
+    """--launcher=ray: --num_workers nodes x --num_gpus ranks set the accumulation steps; with
+    --min_np the ranks run --elastic, keeping the recipe's global batch."""
+    recipe = "launch/recipes/bert_large_phase1.flags"
+    _, out, _ = dry_run(capsys, launcher="ray", num_workers=2, num_gpus=8, recipe=recipe,
+                        training_flags=DATA)
+    assert out.startswith("# on Ray (a local Ray node), every rank runs:\n"), out
+    assert command_of(out) == ["python", RUN, f"--flagfile={RECIPES}/bert_large_phase1.flags",
+                               "--num_accumulation_steps=64", *DATA]
+    _, out, _ = dry_run(capsys, launcher="ray", min_np=8, max_np=16, recipe=recipe,
+                        ray_address="10.0.0.1:6379", training_flags=DATA)
+    assert out.startswith("# on Ray (10.0.0.1:6379)"), out
+    assert command_of(out)[3:] == ["--elastic", "--global_batch_size=65536", *DATA]
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(hosts=["n1"]), "--hosts is not for --launcher=ray"),
+    (dict(controller="mpi"), "--controller=mpi: Horovod's Ray integration runs Gloo only"),
+    (dict(min_np=2, start_np=4), "--start_np is for horovodrun"),
+    (dict(max_np=4), "--max_np needs --min_np"),
+    (dict(min_np=4, max_np=2), "elastic Ray needs 1 <= --min_np <= --max_np"),
+    (dict(num_workers=0), "--num_workers=0 and --ray_cpus_per_worker=1 must be >= 1"),
+    (dict(min_np=2, recipe=None), "--min_np (elastic Ray) needs --global_batch_size"),
+])
+def test_bad_ray_launches_name_the_flag(capsys, fields, message):
+    config = dict(launcher="ray", recipe="launch/recipes/bert_large_phase1.flags",
+                  training_flags=DATA)
+    code, _, err = dry_run(capsys, **{**config, **fields})
+    assert code == 2 and message in err, err

@@ -51,6 +51,9 @@ class LaunchConfig:
     num_workers: int = 1
     pvc_name: str = "bert-tf-shared"
     manifest: str | None = None
+    ray_address: str | None = None
+    ray_cpus_per_worker: int = 1
+    ray_gpus_per_worker: int | None = None
     # Flags this launcher does not define, for run_pretraining.py (after the recipe: they win).
     training_flags: list[str] = dataclasses.field(default_factory=list)
 
@@ -125,6 +128,8 @@ def training_args(config: LaunchConfig, world_size, repo=REPO) -> list[str]:
     global_batch = config.global_batch_size or recipe_global
     if config.host_discovery_script:
         args += elastic_batch_args(config, global_batch, batch)
+    elif config.launcher == "ray" and config.min_np:
+        args += elastic_batch_args(config, global_batch, batch, "--min_np (elastic Ray)")
     elif global_batch and passed_value(config.training_flags, "num_accumulation_steps") is None:
         if not batch:
             raise LaunchError("--global_batch_size needs a --train_batch_size (flag or recipe)")
@@ -133,10 +138,11 @@ def training_args(config: LaunchConfig, world_size, repo=REPO) -> list[str]:
     return [in_repo(os.path.join(REPO, "run_pretraining.py"), repo)] + args + config.training_flags
 
 
-def elastic_batch_args(config: LaunchConfig, global_batch, batch) -> list[str]:
+def elastic_batch_args(config: LaunchConfig, global_batch, batch,
+                       mode="--host_discovery_script (elastic)") -> list[str]:
     """--elastic and the global batch it keeps; checked at the smallest and largest world."""
     if not global_batch or not batch:
-        raise LaunchError("--host_discovery_script (elastic) needs --global_batch_size and "
+        raise LaunchError(f"{mode} needs --global_batch_size and "
                           "--train_batch_size (flags or recipe): the global batch is kept at "
                           "every world size by adjusting the accumulation steps")
     for world_size in {config.min_np, config.max_np} - {None}:
