@@ -227,14 +227,15 @@ def logged(cmd, log_path, env) -> list:
 
 
 def finetune(args, prepared, task, checkpoint, name, seed) -> float:
-    """One run_finetuning.py process (1 thread, cached); its dev accuracy."""
-    out = args.work_dir / "finetune" / "runs" / f"{task}-{name}-ft{seed}"
+    """One run_finetuning.py process (1 thread, cached by its flags); its dev accuracy."""
+    flags_of = [*TASKS[task], f"--learning_rate={LEARNING_RATES[task]}"]
+    digest = hashlib.sha256(" ".join(flags_of).encode()).hexdigest()[:6]
+    out = args.work_dir / "finetune" / "runs" / f"{task}-{digest}-{name}-ft{seed}"
     result = out / "eval_results.json"
     if not result.exists():
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        logged([sys.executable, "run_finetuning.py", *TASKS[task],
-                f"--learning_rate={LEARNING_RATES[task]}",
+        logged([sys.executable, "run_finetuning.py", *flags_of,
                 f"--data_dir={args.work_dir / 'finetune' / task}",
                 f"--bert_config_file={prepared['config_file']}",
                 f"--vocab_file={prepared['vocab']}", f"--init_checkpoint={checkpoint}",
