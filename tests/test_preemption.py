@@ -98,11 +98,12 @@ def _signal_mid_run(command, ready, send) -> tuple[int, str]:
     return proc.returncode, output
 
 
-def _stopped_step(output_dir, returncode, output) -> int:
-    """The step of the checkpoint a stopped run saved; checks it stopped cleanly, early."""
+def _stopped_step(output_dir, returncode, output, steps=STEPS) -> int:
+    """The step of the checkpoint a run of `steps` updates saved when stopped; checks it
+    stopped cleanly, early."""
     assert returncode == 0, output
     stopped_at = checkpoints.latest_checkpoint(output_dir)
-    assert stopped_at is not None and not stopped_at.endswith(f"-{STEPS}"), output
+    assert stopped_at is not None and not stopped_at.endswith(f"-{steps}"), output
     assert json.loads((output_dir / "train_summary.json").read_text())["stopped_by"], output
     return int(stopped_at.rsplit("-", 1)[1])
 
