@@ -3,9 +3,10 @@
     python tests/export_consumer.py FORMAT INPUTS.json OUTPUTS.npz KIND=DIR [KIND=DIR ...]
 
 FORMAT: savedmodel (tf.saved_model.load, and tensorflow_hub.KerasLayer for the encoder),
-keras_hub (from_preset, and one fit step of the classifier) or onnx (onnxruntime). INPUTS.json
+keras_hub (from_preset, after importing the preset's bert_tf_keras_hub.py if it has one, as
+docs/export.md says; one fit step of the classifier) or onnx (onnxruntime). INPUTS.json
 holds `texts`, `words` ([sentences][words], "" padded) and the id inputs; every output is saved
-as KIND/NAME in OUTPUTS.npz. Nothing of bert_tf is imported: a user's process would not have it.
+as KIND/NAME in OUTPUTS.npz. A keras_hub KIND starting with "encoder" is a backbone. Nothing of bert_tf is imported: a user's process would not have it.
 """
 
 import json
@@ -39,10 +40,18 @@ def savedmodel(kind, path, inputs):
 
 
 def keras_hub(kind, path, inputs):
+    import importlib
+    import os
+
     import keras
     import keras_hub
 
-    if kind == "encoder":
+    if os.path.exists(os.path.join(path, "bert_tf_keras_hub.py")):
+        # Registers the preset's classes with Keras, which from_preset then finds.
+        sys.path.insert(0, path)
+        importlib.import_module("bert_tf_keras_hub")
+        sys.path.remove(path)
+    if kind.startswith("encoder"):
         backbone = keras_hub.models.BertBackbone.from_preset(path)
         tokenizer = keras_hub.models.BertTokenizer.from_preset(path)
         outputs = backbone.predict({"token_ids": np.array(inputs["input_word_ids"]),

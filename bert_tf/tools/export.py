@@ -80,6 +80,10 @@ def run(config: ExportConfig) -> int:
     what = source.kind + (f" ({len(source.labels)} labels)" if source.labels else "")
     print(f"exported the {what} of {source.checkpoint} as {config.format} -> "
           f"{config.output_dir}")
+    if config.format == "keras_hub":
+        note = exporter.loading_note(source.bert_config.hidden_act, config.output_dir)
+        if note:
+            print(note)
     if not source.raw_text:
         print(f"note: the {source.word_splitter} word splitter runs in Python only: the export "
               "takes token ids, not text")

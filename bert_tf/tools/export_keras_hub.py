@@ -10,12 +10,18 @@ it with KerasHub's `BertTokenizer`.
 The weight layout follows KerasHub's BERT (keras_hub/src/models/bert/bert_backbone.py and
 keras_hub/src/layers/modeling/transformer_encoder.py): attention projections are Keras
 EinsumDense kernels [hidden, heads, head_size] and [heads, head_size, hidden]; everything else is
-Google's [in, out] layout. Two differences are KerasHub's, not the export's: its BertBackbone
-always uses the tanh approximation of GELU (exact for hidden_act "gelu_new"; our "gelu" is the
-erf form, and docs/export.md gives the measured difference), and its tokenizer lower-cases with Unicode case folding, which
-maps a few characters (such as U+1D35, modifier letter capital I) differently from Google's.
-A tagger has no KerasHub BERT task to load into, so it is refused.
+Google's [in, out] layout. KerasHub's BertBackbone always uses the tanh approximation of GELU,
+which is our hidden_act "gelu_new"; any other activation (our default "gelu" is the erf form,
+7.3e-3 off on all-MiniLM-L6-v2's sequence output with the tanh one) is exported with the
+subclasses of bert_tf/tools/export_keras_hub_classes.py, which the preset holds as
+bert_tf_keras_hub.py and a loading process must import first (KerasHub finds only classes
+registered with Keras). KerasHub's tokenizer lower-cases with Unicode case folding, which maps
+a few characters (such as U+1D35, modifier letter capital I) differently from Google's. A tagger
+has no KerasHub BERT task to load into, so it is refused.
 """
+
+import os
+import shutil
 
 import numpy as np
 
@@ -27,24 +33,40 @@ def _check_exportable(source: ExportSource) -> None:
     if source.kind == "tagger":
         raise ExportError("KerasHub has no BERT token-classification task to load a tagger "
                           "into: export it with --format=savedmodel or --format=onnx")
-    if source.bert_config.hidden_act not in ("gelu", "gelu_new"):
-        raise ExportError(f"KerasHub's BertBackbone only has GELU; this model's hidden_act is "
-                          f"{source.bert_config.hidden_act!r}")
     if not source.raw_text:
         raise ExportError(f"KerasHub's BertTokenizer cannot split words with "
                           f"{source.word_splitter!r}: use --format=savedmodel (token ids)")
 
 
-def _backbone(source: ExportSource, weights: dict):
+CLASSES_FILE = "bert_tf_keras_hub.py"  # the preset's copy of export_keras_hub_classes.py
+
+
+def _classes(hidden_act: str) -> dict:
+    """The classes the preset is made of: KerasHub's own for "gelu_new" (its tanh GELU), else
+    bert_tf's subclasses with the model's activation (export_keras_hub_classes.py)."""
     import keras_hub
 
+    if hidden_act == "gelu_new":
+        module, prefix, options = keras_hub.models, "", {}
+    else:
+        from bert_tf.tools import export_keras_hub_classes as module
+
+        prefix, options = "Activation", {"activation": hidden_act}
+    return {"backbone": getattr(module, f"{prefix}BertBackbone"),
+            "tokenizer": getattr(module, f"{prefix}BertTokenizer"),
+            "preprocessor": getattr(module, f"{prefix}BertTextClassifierPreprocessor"),
+            "classifier": getattr(module, f"{prefix}BertTextClassifier"),
+            "backbone_options": options}
+
+
+def _backbone(source: ExportSource, weights: dict, classes: dict):
     config = source.bert_config
-    backbone = keras_hub.models.BertBackbone(
+    backbone = classes["backbone"](
         vocabulary_size=config.vocab_size, num_layers=config.num_hidden_layers,
         num_heads=config.num_attention_heads, hidden_dim=config.hidden_size,
         intermediate_dim=config.intermediate_size, dropout=config.hidden_dropout_prob,
         max_sequence_length=config.max_position_embeddings,
-        num_segments=config.type_vocab_size)
+        num_segments=config.type_vocab_size, **classes["backbone_options"])
     heads, head_size = config.num_attention_heads, config.head_size
 
     def set_dense(layer, scope, kernel_shape=None, bias_shape=None):
@@ -80,26 +102,41 @@ def _backbone(source: ExportSource, weights: dict):
 
 
 def export(source: ExportSource, directory: str) -> None:
-    """Writes the preset (and export.json, bert_config.json, vocab.txt) into `directory`."""
+    """Writes the preset (and export.json, bert_config.json, vocab.txt, and for an activation
+    other than "gelu_new" bert_tf_keras_hub.py) into `directory`."""
     _check_exportable(source)
-    import keras_hub
-
+    classes = _classes(source.bert_config.hidden_act)
     weights = {name: variable.numpy()
                for name, variable in variables_by_name(source.build_model()).items()}
-    backbone = _backbone(source, weights)
-    tokenizer = keras_hub.models.BertTokenizer(
+    backbone = _backbone(source, weights, classes)
+    tokenizer = classes["tokenizer"](
         vocabulary=source.vocab, lowercase=source.do_lower_case,
         strip_accents=source.do_lower_case)
     if source.kind == "encoder":
         backbone.save_to_preset(directory)
         tokenizer.save_to_preset(directory)
     else:
-        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        preprocessor = classes["preprocessor"](
             tokenizer, sequence_length=source.max_seq_length)
-        classifier = keras_hub.models.BertTextClassifier(
+        classifier = classes["classifier"](
             backbone, num_classes=len(source.labels), preprocessor=preprocessor,
             dropout=source.bert_config.hidden_dropout_prob)
         classifier.output_dense.kernel.assign(np.transpose(weights["output_weights"]))
         classifier.output_dense.bias.assign(weights["output_bias"])
         classifier.save_to_preset(directory)
+    if classes["backbone_options"]:
+        from bert_tf.tools import export_keras_hub_classes
+
+        shutil.copyfile(export_keras_hub_classes.__file__, os.path.join(directory, CLASSES_FILE))
     write_common_files(source, directory, "keras_hub")
+
+
+def loading_note(hidden_act: str, directory: str) -> str | None:
+    """What a process must do before from_preset(directory), or None (nothing)."""
+    if hidden_act == "gelu_new":
+        return None
+    directory = os.path.abspath(directory)
+    return (f"note: hidden_act {hidden_act!r} is not KerasHub's tanh GELU: the preset's "
+            f"classes are in {os.path.join(directory, CLASSES_FILE)}; import it before "
+            f"from_preset: import sys; sys.path.insert(0, {directory!r}); "
+            "import bert_tf_keras_hub (docs/export.md, keras_hub)")
