@@ -144,3 +144,40 @@ def test_time_budget_ends_with_a_checkpoint_and_the_eval_and_resumes_with_what_i
     assert again["train"] == {"global_step": step}
     longer = loop.run(budget_config(num_train_steps=100_000, max_train_time="7s"))
     assert longer["train"]["global_step"] > step and longer["train"]["train_seconds"] >= 7
+
+
+def test_a_budget_checkpoint_converts_and_exports_like_a_classic_one(budget_config, shared_data,
+                                                                      tmp_path):
+    """The budget recipe keeps Google's architecture: its checkpoint (no NSP trained, dropout
+    off, the time spent saved beside the weights) converts to Hugging Face with every weight
+    mapped, and its SavedModel, ONNX and KerasHub exports, each loaded in a fresh process, give
+    bert_tf's encoder outputs."""
+    import test_export
+
+    from bert_tf.model.convert import tf_to_hf
+    from bert_tf.tools import export
+    from bert_tf.tools.export_source import resolve_source
+
+    config = budget_config(num_train_steps=3)
+    loop.run(config)
+    to_hf = tf_to_hf(config.output_dir, tmp_path / "hf")
+    assert to_hf.fresh == [] and to_hf.unused == []
+
+    tok = test_export.tokenizer(shared_data)
+    texts = tiny.emma(shared_data)[:2000].split("\n\n")[:4]
+    inputs = {**test_export.id_inputs(tok, texts), "texts": texts}
+    mask = np.array(inputs["input_mask"])
+    vocab = str(tiny.vocab_file(shared_data))
+    model = resolve_source(config.output_dir, vocab_file=vocab).build_model()
+    outputs = model(*(tf.constant(inputs[name]) for name in test_export.ID_INPUTS))
+    want = {"pooled_output": outputs.pooled_output.numpy(),
+            "sequence_output": outputs.sequence_output.numpy()}
+    for export_format in ("savedmodel", "onnx", "keras_hub"):
+        directory = tmp_path / export_format
+        assert export.run(export.ExportConfig(export_format, config.output_dir, str(directory),
+                                              vocab_file=vocab)) == 0
+        got = test_export.run_consumer(tmp_path, export_format, inputs, {"encoder": directory})
+        where = "encoder/encode/" if export_format == "savedmodel" else "encoder/"
+        for name, value in want.items():
+            test_export.assert_close(got[where + name], value, mask, 1e-4,
+                                     f"{export_format} {name}")
