@@ -168,7 +168,9 @@ def prepare(lang, tokenizer, corpus: Path, args, work: Path) -> dict:
             f"--vocab_size={VOCAB_SIZE}", *VOCAB_FLAGS[tokenizer](LANGUAGES[lang]["splitter"])],
             log_file=out / "vocab.log")
     records = {}
-    for split, files, dupe in (("train", shards[:-1], 2), ("eval", shards[-1:], 1)):
+    # eval dupe 2: Korean's last shard holds 50 packed sequences of 128 at 1, fewer than the
+    # 2 ranks x --eval_batch_size=32 that run_pretraining needs
+    for split, files, dupe in (("train", shards[:-1], 2), ("eval", shards[-1:], 2)):
         records[split] = str(out / "data" / f"{split}-*.tfrecord")
         if not list((out / "data").glob(f"{split}-*.tfrecord")):
             demo.run_step(f"{lang} {tokenizer} {split} records", [
