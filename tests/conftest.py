@@ -2,6 +2,7 @@
 subprocess with the project's interpreter, and how tests share what is costly to make
 (built_once) when pytest-xdist runs them in parallel (tests/README.md, "Speed")."""
 
+import contextlib
 import fcntl
 import importlib.util
 import os
@@ -86,3 +87,16 @@ def run_command(args, *, env=None, timeout=600, cwd=REPO, check=True):
 
 
 PYTHON = sys.executable
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(directory, size="16m"):
+    """`directory` as a mount point of its own (skips where mounting is not allowed)."""
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=True)

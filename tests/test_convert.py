@@ -7,9 +7,11 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import mounted_tmpfs
 from safetensors.numpy import load_file, save_file
 
 from bert_tf import __main__ as bert_tf_main
+from bert_tf.data.output_dir import LOCK_FILE, OutputDirLock
 from bert_tf.model.checkpoints import restore, save_checkpoint
 from bert_tf.model.config import BertConfig
 from bert_tf.model.convert import ConversionError, config_from_hf, hf_to_tf, tf_to_hf
@@ -222,3 +224,32 @@ def test_an_output_dir_holding_a_run_is_refused_and_left_unchanged(tmp_path, sav
     assert main(["hf_to_tf", f"--hf_dir={tmp_path / 'hf'}", "--output_dir=/sys/kernel/bert"]) == 1
     assert ("--output_dir=/sys/kernel/bert is not writable (/sys/kernel: "
             in capsys.readouterr().err)
+
+
+def test_an_output_dir_another_run_is_writing_is_refused(tmp_path, saved_model, capsys):
+    """Issue 46: two runs into one empty directory both passed the emptiness check (the
+    staging and lock names are skipped by it) and mixed their files; the lock refuses the
+    second, which leaves nothing there."""
+    directory, _ = saved_model
+    target = tmp_path / "hf"
+    target.mkdir()
+    with OutputDirLock(str(target)):  # held by this (live) process, as another run's would be
+        assert main(["tf_to_hf", f"--checkpoint={directory}", f"--output_dir={target}"]) == 1
+        err = capsys.readouterr().err
+        assert f"--output_dir={target} is in use by another run" in err
+        assert "choose another --output_dir" in err
+        assert sorted(p.name for p in target.iterdir()) == [LOCK_FILE]
+    assert main(["tf_to_hf", f"--checkpoint={directory}", f"--output_dir={target}"]) == 0
+    assert (target / "config.json").exists() and not (target / LOCK_FILE).exists()
+
+
+def test_a_conversion_onto_a_full_disk_is_refused_and_leaves_nothing(tmp_path, saved_model,
+                                                                      capsys):
+    """The weights are written into a staging directory and moved into --output_dir when
+    complete: a full disk (a 4 KiB tmpfs) is said with the flag named, and leaves nothing."""
+    directory, _ = saved_model
+    with mounted_tmpfs(tmp_path / "small", size="4k") as small:
+        assert main(["tf_to_hf", f"--checkpoint={directory}", f"--output_dir={small}"]) == 1
+        assert (f"--output_dir={small}: no room to write the converted model"
+                in capsys.readouterr().err)
+        assert list(small.iterdir()) == []

@@ -12,17 +12,22 @@ outputs: its own BertBackbone's tanh GELU is 4e-3 off there, the preset's subcla
 
 import importlib.resources
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PYTHON, REPO, run_command
+from conftest import PYTHON, REPO, mounted_tmpfs, run_command
 from tiny import vocab_file, write_bert_config
 
 from bert_tf.data.files import OutputDirError
 from bert_tf.data.graph_tokenization import GraphTokenizer
 from bert_tf.data.normalization import normalize_text
+from bert_tf.data.output_dir import LOCK_FILE, OWN_PREFIX, OutputDirLock
 from bert_tf.data.tokenization import FullTokenizer
 from bert_tf.data.word_splitters import BertSplitter
 from bert_tf.model.checkpoints import save_checkpoint
@@ -309,3 +314,75 @@ def test_refuses_a_non_empty_output_dir_and_leaves_nothing_on_failure(models, tm
                                                                        "vocab.txt"))
         finally:
             (tmp_path / "info.json").rename(models["classifier"] / finetune.MODEL_INFO)
+
+
+def test_an_output_dir_another_export_is_writing_is_refused(models, tmp_path):
+    """Issue 46: two exports into one empty directory both passed the emptiness check (the
+    staging and lock names are skipped by it) and mixed their files; the lock refuses the
+    second, which leaves nothing there, and a directory it would have made is not made."""
+    target = tmp_path / "onnx"
+    target.mkdir()
+    config = export.ExportConfig("onnx", str(models["pretrained"]), str(target))
+    with OutputDirLock(str(target)):  # held by this (live) process, as another export's would be
+        with pytest.raises(OutputDirError, match=f"--output_dir={target} is in use by another "
+                                                 "run .*choose another --output_dir"):
+            export.run(config)
+        assert sorted(p.name for p in target.iterdir()) == [LOCK_FILE]
+
+
+def stopped_while_writing(args, directory, signum) -> subprocess.CompletedProcess:
+    """Runs `python -m bert_tf ARGS` and sends it `signum` once its staging directory appears
+    in `directory` (so it is inside the write); waits at most 5 minutes in all."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    with subprocess.Popen([PYTHON, "-m", "bert_tf", *args], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if directory.is_dir() and any(p.name.startswith(f"{OWN_PREFIX}-staging-")
+                                          for p in directory.iterdir()):
+                proc.send_signal(signum)
+                break
+            time.sleep(0.02)
+        else:
+            proc.kill()
+        stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("export_format", ["savedmodel", "onnx", "keras_hub"])
+def test_an_export_stopped_by_sigterm_leaves_nothing_and_reruns(models, tmp_path,
+                                                                 export_format):
+    """Issue 46: SIGTERM (a preempted node, Ctrl-C) in the middle of each format's write
+    leaves no directory and no lock; the same command then succeeds."""
+    target = tmp_path / export_format
+    args = ["export", f"--format={export_format}", f"--checkpoint={models['pretrained']}",
+            f"--output_dir={target}"]
+    stopped = stopped_while_writing(args, target, signal.SIGTERM)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    assert (f"export: interrupted by SIGTERM: nothing was left in --output_dir={target}; "
+            "rerun the same command") in stopped.stderr
+    assert not target.exists()
+    export.run(export.ExportConfig(export_format, str(models["pretrained"]), str(target)))
+    assert (target / "bert_config.json").exists()
+    assert not [p.name for p in target.iterdir() if p.name.startswith(OWN_PREFIX)]
+
+
+def test_an_export_killed_mid_write_reruns_into_the_same_dir(models, tmp_path):
+    """SIGKILL cannot be caught: the killed export leaves only its (hidden) lock and staging
+    directory; the rerun takes over the dead process's lock, removes the staging directory and
+    writes the export. A full disk is refused with the flag named and leaves nothing."""
+    target = tmp_path / "onnx"
+    args = ["export", "--format=onnx", f"--checkpoint={models['pretrained']}",
+            f"--output_dir={target}"]
+    assert stopped_while_writing(args, target, signal.SIGKILL).returncode == -signal.SIGKILL
+    left = sorted(p.name for p in target.iterdir())
+    assert left and all(name.startswith(OWN_PREFIX) for name in left), left
+    export.run(export.ExportConfig("onnx", str(models["pretrained"]), str(target)))
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        p.name for p in models["exports"]["onnx", "encoder"].iterdir())
+
+    with mounted_tmpfs(tmp_path / "small", size="1m") as small:
+        with pytest.raises(OutputDirError, match=f"--output_dir={small}: no room to write the "
+                                                 "export .*free some space and rerun"):
+            export.run(export.ExportConfig("savedmodel", str(models["pretrained"]), str(small)))
+        assert list(small.iterdir()) == []

@@ -1,14 +1,12 @@
 """The syntax probes (bert_tf.analysis.probes) on a handmade treebank, and
 `python -m bert_tf probe_syntax` end to end on a tiny random model."""
 
-import contextlib
 import json
 import re
-import subprocess
 
 import numpy as np
 import pytest
-from conftest import PYTHON, run_command
+from conftest import PYTHON, mounted_tmpfs, run_command
 from test_analysis_cli import _save_tiny_model
 
 from bert_tf.analysis import probe_syntax, probes, statistics
@@ -263,19 +261,6 @@ def test_output_dir_is_checked_first_and_a_rerun_leaves_no_stale_file(tiny_model
         text = (out / "probes.json").read_text()
         assert "NaN" not in text
         assert set(json.loads(text)["uas"].values()) == {None}
-
-
-@contextlib.contextmanager
-def mounted_tmpfs(directory):
-    """`directory` as a mount point of its own (skips where mounting is not allowed)."""
-    directory.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(directory)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield directory
-    finally:
-        subprocess.run(["umount", "-l", str(directory)], check=True)
 
 
 def test_word_vectors_average_their_pieces():

@@ -12,18 +12,22 @@ every move is a rename on one file system, a mount point included).
 """
 
 import contextlib
+import errno
 import fnmatch
 import os
 import shutil
 import socket
 import tempfile
 
+from bert_tf.data import workers
 from bert_tf.data.files import OutputDirError
 
 LOCK_FILE = ".bert_tf.lock"
 # Names this package keeps in an output directory: the lock, the owner mark, staging dirs.
 OWN_PREFIX = ".bert_tf"
 OWNER_FILE = ".bert_tf-owner"
+# Write failures that mean "no room": a full disk, a quota, a file-size limit.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def check_new_output_dir(directory, flag, holds="files"):
@@ -227,3 +231,43 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+
+@contextlib.contextmanager
+def new_files_in(directory, flag, holds):
+    """Yields a staging directory for a command that writes a new set of files into
+    `directory` (an export, a conversion): its files move up into `directory` when the block
+    succeeds, and nothing is left when it fails (replace_files_in), is stopped by SIGTERM or
+    Ctrl-C (workers.Interrupted reaches the caller) or runs out of room (an OutputDirError).
+
+    The directory is locked for the block (OutputDirLock) and checked empty under the lock,
+    so that two runs at once cannot both pass the check and mix their files: the second is
+    refused and leaves the first's directory alone. Staging directories of a killed run
+    (SIGKILL cannot be caught) are removed under the lock.
+    """
+    directory = os.path.abspath(directory)
+    created = not os.path.exists(directory)
+    os.makedirs(directory, exist_ok=True)
+    with OutputDirLock(directory), workers.interruptible():
+        try:
+            check_new_output_dir(directory, flag, holds)
+            for name in os.listdir(directory):
+                if name.startswith(f"{OWN_PREFIX}-staging-"):
+                    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            with replace_files_in(directory) as staging:
+                yield staging
+        except BaseException as e:
+            if created:
+                shutil.rmtree(directory, ignore_errors=True)
+            if isinstance(e, Exception) and is_out_of_space(e):
+                raise OutputDirError(f"--{flag}={directory}: no room to write {holds} ({e}); "
+                                     "nothing was left there: free some space and rerun") from None
+            raise
+
+
+def is_out_of_space(error) -> bool:
+    """A write that failed for want of room (an OSError, or TensorFlow's error for one)."""
+    if isinstance(error, OSError):
+        return error.errno in NO_SPACE
+    return any(os.strerror(code) in str(error) for code in NO_SPACE)

@@ -13,7 +13,6 @@ a clear error that leaves no temporaries.
 """
 
 import contextlib
-import errno
 import glob
 import hashlib
 import json
@@ -21,11 +20,9 @@ import os
 
 import bert_tf
 from bert_tf.data.files import OutputDirError
-from bert_tf.data.output_dir import OutputDirLock, check_new_output_dir
+from bert_tf.data.output_dir import OutputDirLock, check_new_output_dir, is_out_of_space
 
 MANIFEST = "manifest.json"
-# Write failures that mean "no room": a full disk, a quota, a file-size limit.
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def write_json(path, payload):
@@ -130,13 +127,6 @@ def _describe_change(key, old, new):
 def write_manifest(output_dir, expected, **extra):
     write_json(os.path.join(output_dir, MANIFEST),
                {**expected, **extra, "bert_tf_version": bert_tf.__version__})
-
-
-def is_out_of_space(error):
-    """A write that failed for want of room (an OSError, or TensorFlow's error for one)."""
-    if isinstance(error, OSError):
-        return error.errno in NO_SPACE
-    return any(os.strerror(code) in str(error) for code in NO_SPACE)
 
 
 @contextlib.contextmanager

@@ -22,9 +22,9 @@ import sys
 from absl import flags
 
 import bert_tf
-from bert_tf.data import hf_tokenizer
+from bert_tf.data import hf_tokenizer, workers
 from bert_tf.data.files import OutputDirError
-from bert_tf.data.output_dir import check_output_dir
+from bert_tf.data.output_dir import check_output_dir, new_files_in
 from bert_tf.data.tokenizer_spec import TokenizerSpecError
 from bert_tf.model import devices
 from bert_tf.model.checkpoints import CheckpointError, resolve_checkpoint
@@ -110,15 +110,20 @@ def config_from_argv(argv: list[str]) -> ConvertConfig:
 def convert(config: ConvertConfig) -> ConversionReport:
     # empty and writable: before reading the model
     check_output_dir(config.output_dir, "output_dir", new="the converted model")
+    with new_files_in(config.output_dir, "output_dir", "the converted model") as staging:
+        return _convert(config, staging)
+
+
+def _convert(config: ConvertConfig, output_dir: str) -> ConversionReport:
     if config.command == "hf_to_tf":
-        return hf_to_tf(config.hf_dir, config.output_dir)
+        return hf_to_tf(config.hf_dir, output_dir)
     vocab = _export_vocab(config)
     if vocab:  # refused specs fail here, before anything is written
         hf_tokenizer.vocab_tokenizer_config(vocab)
-    report = tf_to_hf(config.checkpoint, config.output_dir, config.bert_config_file)
+    report = tf_to_hf(config.checkpoint, output_dir, config.bert_config_file)
     if vocab:
-        tokenizer = hf_tokenizer.write_hf_tokenizer(vocab, config.output_dir)
-        path = os.path.join(config.output_dir, HF_CONFIG)
+        tokenizer = hf_tokenizer.write_hf_tokenizer(vocab, output_dir)
+        path = os.path.join(output_dir, HF_CONFIG)
         with open(path, encoding="utf-8") as f:
             model_config = json.load(f)
         model_config["tokenizer_class"] = tokenizer["tokenizer_class"]
@@ -164,6 +169,10 @@ def main(argv: list[str]) -> int:
     devices.use_one_gpu()
     try:
         report = convert(config)
+    except workers.Interrupted as e:
+        print(f"convert: {e}: nothing was left in --output_dir={config.output_dir}; rerun the "
+              "same command", file=sys.stderr)
+        return 128 + e.signum
     except (ConversionError, CheckpointError, BertConfigError, OutputDirError,
             hf_tokenizer.HfTokenizerError, TokenizerSpecError) as e:
         print(f"convert: error: {e}", file=sys.stderr)

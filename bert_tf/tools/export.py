@@ -13,10 +13,12 @@ if the export fails, nothing. docs/export.md describes each format's files and i
 
 import dataclasses
 import importlib
+import sys
 
 from absl import flags
 
 import bert_tf
+from bert_tf.data import workers
 from bert_tf.data.files import OutputDirError
 from bert_tf.data.tokenization import VocabError
 from bert_tf.model import devices
@@ -75,8 +77,13 @@ def run(config: ExportConfig) -> int:
                             config.tagging)
     exporter = importlib.import_module(FORMATS[config.format])
     options = {"jit_compile": config.jit_compile} if config.format == "savedmodel" else {}
-    with new_output_dir(config.output_dir) as directory:
-        exporter.export(source, directory, **options)
+    try:
+        with new_output_dir(config.output_dir) as directory:
+            exporter.export(source, directory, **options)
+    except workers.Interrupted as e:
+        print(f"export: {e}: nothing was left in --output_dir={config.output_dir}; rerun the "
+              "same command", file=sys.stderr)
+        return 128 + e.signum
     what = source.kind + (f" ({len(source.labels)} labels)" if source.labels else "")
     print(f"exported the {what} of {source.checkpoint} as {config.format} -> "
           f"{config.output_dir}")
