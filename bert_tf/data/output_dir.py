@@ -233,7 +233,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-
 @contextlib.contextmanager
 def new_files_in(directory, flag, holds):
     """Yields a staging directory for a command that writes a new set of files into
