@@ -73,7 +73,7 @@ VOCAB_SIZE = 8000  # the demo's
 # tagging with this model (3e-4; bench/README.md, "Pretraining pays?"), more passes over the 400 Japanese sentences
 # than over the 3,200 Korean ones (about 250 updates each).
 FINETUNING_FLAGS = ("--task_name=ner", "--train_batch_size=16",
-                    "--learning_rate=3e-4", "--do_train", "--do_eval", "--do_predict",
+                    "--do_train", "--do_eval", "--do_predict",
                     "--ner_lenient_tags", "--nodo_lower_case", "--log_every_n_steps=100")
 EPOCHS = {"ja": 10, "ko": 1.25}
 
@@ -98,6 +98,8 @@ def parse_args():
                         help="pretraining and fine-tuning sequence length (word pieces)")
     parser.add_argument("--tokenizers", default="mecab,today,sentencepiece",
                         help="pretrain these (random init comes with mecab)")
+    parser.add_argument("--finetuning_learning_rate", type=float, default=3e-4,
+                        help="NER peak learning rate (3e-4: see FINETUNING_FLAGS)")
     parser.add_argument("--finetuning_epochs", type=float, default=0,
                         help="NER epochs for every language (default: EPOCHS, about 250 updates)")
     parser.add_argument("--parallel_finetuning", type=int, default=1)
@@ -230,6 +232,7 @@ def finetune(lang, init, fold, seed, model, checkpoint, args) -> dict:
         cmd = [sys.executable, "run_finetuning.py", *FINETUNING_FLAGS,
                f"--max_seq_length={args.max_seq_length}",
                f"--num_train_epochs={args.finetuning_epochs or EPOCHS[lang]}",
+               f"--learning_rate={args.finetuning_learning_rate}",
                f"--data_dir={work / 'folds' / f'fold{fold}'}",
                f"--bert_config_file={model['config']}", f"--vocab_file={model['vocab']}",
                f"--init_checkpoint={checkpoint}",
