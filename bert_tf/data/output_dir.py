@@ -243,9 +243,10 @@ def new_files_in(directory, flag, holds):
     The directory is locked for the block (OutputDirLock) and checked empty under the lock,
     so that two runs at once cannot both pass the check and mix their files: the second is
     refused and leaves the first's directory alone. Staging directories of a killed run
-    (SIGKILL cannot be caught) are removed under the lock.
+    (SIGKILL cannot be caught) are removed under the lock. A non-empty or unwritable
+    `directory` is refused before anything is written (check_output_dir).
     """
-    directory = os.path.abspath(directory)
+    directory = check_output_dir(directory, flag, new=holds)
     created = not os.path.exists(directory)
     os.makedirs(directory, exist_ok=True)
     with OutputDirLock(directory), workers.interruptible():

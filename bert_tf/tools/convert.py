@@ -24,7 +24,7 @@ from absl import flags
 import bert_tf
 from bert_tf.data import hf_tokenizer, workers
 from bert_tf.data.files import OutputDirError
-from bert_tf.data.output_dir import check_output_dir, new_files_in
+from bert_tf.data.output_dir import new_files_in
 from bert_tf.data.tokenizer_spec import TokenizerSpecError
 from bert_tf.model import devices
 from bert_tf.model.checkpoints import CheckpointError, resolve_checkpoint
@@ -108,8 +108,7 @@ def config_from_argv(argv: list[str]) -> ConvertConfig:
 
 
 def convert(config: ConvertConfig) -> ConversionReport:
-    # empty and writable: before reading the model
-    check_output_dir(config.output_dir, "output_dir", new="the converted model")
+    # checked empty and writable before the model is read
     with new_files_in(config.output_dir, "output_dir", "the converted model") as staging:
         return _convert(config, staging)
 

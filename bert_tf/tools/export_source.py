@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import bert_tf
 from bert_tf.data.graph_tokenization import graph_word_splitter, needs_python_word_splitter
-from bert_tf.data.output_dir import check_output_dir, new_files_in
+from bert_tf.data.output_dir import new_files_in
 from bert_tf.data.shards import file_sha256
 from bert_tf.data.tokenization import load_vocab, resolve_spec
 from bert_tf.model import checkpoints
@@ -186,7 +186,6 @@ def new_output_dir(output_dir: str):
     files move up into --output_dir; on failure, SIGTERM or a full disk nothing is left, and
     another export or convert writing there at the same time is refused
     (output_dir.new_files_in). A non-empty or unwritable --output_dir is refused before
-    anything is computed."""
-    check_output_dir(output_dir, "output_dir", new="the export")
+    anything is written."""
     with new_files_in(output_dir, "output_dir", "the export") as staging:
         yield staging
