@@ -24,7 +24,8 @@ from conftest import PYTHON, REPO, run_command
 
 from bert_tf.data import conllu, tasks
 from bert_tf.data.tokenization import FullTokenizer, VocabError
-from bert_tf.model import checkpoints
+from bert_tf.model import checkpoints, modeling
+from bert_tf.model.config import BertConfig
 from bert_tf.train import evaluation, finetune, loop
 from bert_tf.train.finetune_config import NOT_FLAGS, FinetuningConfig, FinetuningConfigError
 
@@ -367,6 +368,50 @@ def test_vocab_size_mismatches_fail_before_training(ewt, tmp_path):
         finetune.run(config)
 
 
+@pytest.fixture(scope="module")
+def large_embeddings_checkpoint(ewt, tmp_path_factory):
+    """A checkpoint of the tiny model (its own random draw) with embeddings 10x BERT's init,
+    as the budget recipe's LAMB pretraining leaves them."""
+    tf.random.set_seed(99)
+    params = modeling.variables_by_name(modeling.BertModel(BertConfig(**TINY_BERT)))
+    modeling.rescale_embeddings(params, 0.2)
+    directory = tmp_path_factory.mktemp("large_embeddings")
+    return checkpoints.save_checkpoint(params, directory, 1)
+
+
+def test_reinit_top_layers_and_rescale_embeddings(ewt, large_embeddings_checkpoint, tmp_path,
+                                                  capsys):
+    """--reinit_top_layers=1 leaves layer 1 and the pooler as a random-init run of the same
+    seed draws them, loads the rest; --rescale_embeddings brings the tables to
+    initializer_range. A learning rate of 1e-12 keeps the weights where they started."""
+    saved = tf.train.load_checkpoint(large_embeddings_checkpoint)
+    runs = {}
+    for name, overrides in {
+            "random": {},
+            "plain": dict(init_checkpoint=large_embeddings_checkpoint),
+            "both": dict(init_checkpoint=large_embeddings_checkpoint, reinit_top_layers=1,
+                         rescale_embeddings=True)}.items():
+        finetune.run(finetuning_config(ewt.small, tmp_path / name, ewt.config, ewt.vocab,
+                                       do_train=True, learning_rate=1e-12,
+                                       num_train_epochs=1.0, **overrides))
+        runs[name] = (final_weights(tmp_path / name), capsys.readouterr().out)
+    assert "word embeddings are 10x initializer_range (0.02) in RMS" in runs["plain"][1]
+    assert "--rescale_embeddings: embedding tables / 10" in runs["both"][1]
+    both, plain, random_init = (runs[k][0] for k in ("both", "plain", "random"))
+    for name in both:
+        if name.startswith(("bert/encoder/layer_1/", "bert/pooler/")):
+            np.testing.assert_allclose(both[name], random_init[name], atol=1e-6, err_msg=name)
+            if name.endswith("kernel"):  # drawn (LayerNorms and biases start at 1 and 0)
+                assert not np.allclose(both[name], saved.get_tensor(name), atol=1e-3), name
+        elif name in modeling.EMBEDDING_TABLES:
+            np.testing.assert_allclose(both[name], saved.get_tensor(name) / 10, rtol=1e-4,
+                                       atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(plain[name], saved.get_tensor(name), atol=1e-6)
+        elif name.startswith("bert/"):
+            np.testing.assert_allclose(both[name], saved.get_tensor(name), atol=1e-6,
+                                       err_msg=name)
+
+
 def test_flag_errors(ewt, tmp_path):
     config = finetuning_config(ewt.small, tmp_path / "out", ewt.config, ewt.vocab)
     with pytest.raises(FinetuningConfigError, match="--do_train or --do_eval or --do_predict"):
@@ -382,6 +427,15 @@ def test_flag_errors(ewt, tmp_path):
     with pytest.raises(loop.TrainingError, match="--max_seq_length=128 is longer than the "
                        "model's max_position_embeddings=64"):
         finetune.run(dataclasses.replace(config, do_train=True, max_seq_length=128))
+    with pytest.raises(FinetuningConfigError, match="--reinit_top_layers changes what "
+                       "--init_checkpoint loads; pass --init_checkpoint too"):
+        finetune.run(dataclasses.replace(config, do_train=True, reinit_top_layers=1))
+    with pytest.raises(FinetuningConfigError, match="--rescale_embeddings changes what"):
+        finetune.run(dataclasses.replace(config, do_train=True, rescale_embeddings=True))
+    with pytest.raises(FinetuningConfigError, match="--reinit_top_layers=3 is more than the 2 "
+                       "layers of --bert_config_file="):
+        finetune.run(dataclasses.replace(config, do_train=True, reinit_top_layers=3,
+                                         init_checkpoint=str(tmp_path)))
     assert not (tmp_path / "out").exists()
 
 

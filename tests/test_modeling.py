@@ -21,9 +21,12 @@ from bert_tf.model.modeling import (
     matmul,
     metrics_from_sums,
     pretraining_loss,
+    rescale_embeddings,
     set_float32_matmul_outputs,
     stateless_dropout,
+    top_layer_scopes,
     variables_by_name,
+    word_embedding_rms,
 )
 
 pytestmark = pytest.mark.ngc  # also run by `make test-ngc` (TensorFlow 2.17)
@@ -137,6 +140,37 @@ def test_padding_is_masked(model):
                                outputs.bert.sequence_output.numpy()[real], atol=1e-5)
     np.testing.assert_allclose(again.mlm_logits, outputs.mlm_logits, atol=1e-5)
     np.testing.assert_allclose(again.nsp_logits, outputs.nsp_logits, atol=1e-5)
+
+
+def test_rescaled_embeddings_leave_the_encoders_outputs_unchanged():
+    tf.random.set_seed(2)
+    bert = BertModel(CONFIG)
+    features = make_features()
+    args = features["input_ids"], features["input_mask"], features["segment_ids"]
+    before = bert(*args)
+    tables = {name: variables_by_name(bert)[name] for name in
+              ("bert/embeddings/word_embeddings", "bert/embeddings/position_embeddings",
+               "bert/embeddings/token_type_embeddings")}
+    old = {name: table.numpy() for name, table in tables.items()}
+    rescale_embeddings(variables_by_name(bert), 0.5)  # 25x initializer_range
+    assert word_embedding_rms(variables_by_name(bert)) == pytest.approx(0.5)
+    factor = 0.5 / np.sqrt(np.mean(old["bert/embeddings/word_embeddings"].astype(np.float64) ** 2))
+    for name, table in tables.items():  # all three by one factor: LayerNorm undoes it
+        np.testing.assert_allclose(table.numpy(), old[name] * factor, rtol=1e-6)
+    after = bert(*args)
+    np.testing.assert_allclose(after.sequence_output, before.sequence_output, atol=1e-5)
+    np.testing.assert_allclose(after.pooled_output, before.pooled_output, atol=1e-5)
+
+
+def test_top_layer_scopes_name_the_pooler_and_the_top_layers():
+    deeper = dataclasses.replace(CONFIG, num_hidden_layers=4)
+    assert top_layer_scopes(deeper, 0) == ()
+    assert top_layer_scopes(deeper, 2) == ("bert/pooler/", "bert/encoder/layer_2/",
+                                           "bert/encoder/layer_3/")
+    names = [n for n in variables_by_name(BertModel(deeper)) if n.startswith(
+        top_layer_scopes(deeper, 1))]
+    assert len(names) == 2 + len(LAYER_NAMES) and all("layer_3" in n or "pooler" in n
+                                                      for n in names)
 
 
 def test_dropout_only_when_training(model):

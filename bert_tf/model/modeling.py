@@ -347,6 +347,39 @@ class Embeddings(_NamedModule):
         return dropout(x, self.dropout_prob)
 
 
+EMBEDDING_TABLES = ("bert/embeddings/word_embeddings", "bert/embeddings/position_embeddings",
+                    "bert/embeddings/token_type_embeddings")
+
+
+def word_embedding_rms(variables_by_name) -> float:
+    """The root mean square of the word embedding table."""
+    word = variables_by_name[EMBEDDING_TABLES[0]]
+    return float(tf.sqrt(tf.reduce_mean(tf.square(tf.cast(word, tf.float64)))))
+
+
+def rescale_embeddings(variables_by_name, target_rms: float) -> None:
+    """Scales the word, position and token-type tables by one factor, so that the word
+    table's root mean square is `target_rms` (> 0).
+
+    The encoder's outputs do not change: the three tables are summed and then LayerNorm-ed
+    (`Embeddings`), and LayerNorm undoes a common scale. What changes is how far a fixed-size
+    optimizer step (Adam's) moves them relative to their size. The masked-LM head's logits,
+    which reuse the word table, do change: this is for fine-tuning.
+    """
+    factor = target_rms / word_embedding_rms(variables_by_name)
+    for name in EMBEDDING_TABLES:
+        variables_by_name[name].assign(variables_by_name[name] * factor)
+
+
+def top_layer_scopes(config: BertConfig, count: int) -> tuple[str, ...]:
+    """Variable-name prefixes of the pooler and the top `count` encoder layers (none for 0):
+    what fine-tuning's --reinit_top_layers leaves at BERT's initialisation."""
+    if count == 0:
+        return ()
+    top = range(config.num_hidden_layers - count, config.num_hidden_layers)
+    return ("bert/pooler/", *(f"bert/encoder/layer_{i}/" for i in top))
+
+
 class TransformerLayer(_NamedModule):
     """One post-LayerNorm encoder layer, on [B*S, H] activations."""
 

@@ -29,7 +29,7 @@ import tensorflow as tf
 from bert_tf.data import ner, tasks, tokenization
 from bert_tf.data.conllu import ConlluError
 from bert_tf.data.tokenization import FullTokenizer, check_vocab_size
-from bert_tf.model import checkpoints
+from bert_tf.model import checkpoints, modeling
 from bert_tf.model.tasks import (
     CLASSIFICATION_SUMS,
     BertForSequenceClassification,
@@ -49,6 +49,9 @@ BEST_DIR = "best"
 BEST_SCORE = "best_dev_score"  # saved with the best weights: a resumed run compares with it
 # The newest checkpoint and one to fall back on if it does not read back.
 KEEP_CHECKPOINTS = 2
+# Word embeddings this many times initializer_range in RMS get a warning without
+# --rescale_embeddings: the budget recipe's LAMB pretraining leaves 5-24x (docs/budget.md).
+EMBEDDINGS_LARGE = 4.0
 
 
 class FinetuningState(TrainState):
@@ -100,6 +103,11 @@ def run(config: FinetuningConfig) -> dict:
     distributed.pin_gpu_to_local_rank(config.deterministic)
     with run_setup.claimed_output_dir(config.output_dir) as report:
         bert_config = run_setup.load_bert_config(config.bert_config_file, config.max_seq_length)
+        if config.reinit_top_layers > bert_config.num_hidden_layers:
+            raise FinetuningConfigError(
+                f"--reinit_top_layers={config.reinit_top_layers} is more than the "
+                f"{bert_config.num_hidden_layers} layers of --bert_config_file="
+                f"{config.bert_config_file}")
         tokenizer = load_tokenizer(config, bert_config.vocab_size)
         run_setup.enable_amp(config, report)
         data = load_task_data(config, tokenizer, report)
@@ -394,13 +402,29 @@ def _encode(config, tokenizer, inputs, label_names, split, report) -> tasks.Enco
 
 
 def _initialise(state: FinetuningState, config: FinetuningConfig, report: Reporter) -> None:
-    """Rank 0 loads --init_checkpoint (the encoder; the head stays new)."""
-    if report.enabled and config.init_checkpoint:
-        loaded = checkpoints.init_from_checkpoint(config.init_checkpoint, state.params)
-        report.log(f"initialised from {config.init_checkpoint}: {len(loaded.loaded)} loaded, "
-                   f"{len(loaded.missing)} new ({', '.join(loaded.missing[:4])})")
-    elif report.enabled:
+    """Rank 0 loads --init_checkpoint (the encoder but --reinit_top_layers; the head stays
+    new), then applies --rescale_embeddings."""
+    if not report.enabled:
+        return
+    if not config.init_checkpoint:
         report.log("no --init_checkpoint: random initialisation (a baseline)")
+        return
+    bert_config = state.model.config
+    fresh = modeling.top_layer_scopes(bert_config, config.reinit_top_layers)
+    kept = {name: v for name, v in state.params.items() if not name.startswith(fresh)}
+    loaded = checkpoints.init_from_checkpoint(config.init_checkpoint, kept)
+    report.log(f"initialised from {config.init_checkpoint}: {len(loaded.loaded)} loaded, "
+               f"{len(state.params) - len(loaded.loaded)} new "
+               f"({', '.join([*fresh, *loaded.missing][:4])})")
+    ratio = modeling.word_embedding_rms(state.params) / bert_config.initializer_range
+    if config.rescale_embeddings:
+        modeling.rescale_embeddings(state.params, bert_config.initializer_range)
+        report.log(f"--rescale_embeddings: embedding tables / {ratio:.3g}")
+    elif ratio > EMBEDDINGS_LARGE:
+        report.log(f"warning: --init_checkpoint's word embeddings are {ratio:.0f}x "
+                   f"initializer_range ({bert_config.initializer_range:g}) in RMS, so AdamW "
+                   "moves them slowly; a budget-recipe checkpoint fine-tunes better with "
+                   "--rescale_embeddings (docs/budget.md)")
 
 
 USER_ERRORS = (*loop.USER_ERRORS, FinetuningConfigError, tasks.TaskDataError, ConlluError,

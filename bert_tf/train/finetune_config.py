@@ -25,6 +25,8 @@ class FinetuningConfig:
     vocab_file: str
     output_dir: str
     init_checkpoint: str = ""
+    reinit_top_layers: int = 0  # docs/budget.md, "Fine-tuning a budget checkpoint"
+    rescale_embeddings: bool = False
     do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
     allow_dictionary_mismatch: bool = False
     max_seq_length: int = 128
@@ -75,6 +77,10 @@ class FinetuningConfig:
             fail("precision", f"must be one of {', '.join(PRECISIONS)}")
         if min(self.text_a_column, self.label_column) < 0:
             fail("text_a_column", "and --label_column must be >= 0")
+        if (self.reinit_top_layers or self.rescale_embeddings) and not self.init_checkpoint:
+            flag = "reinit_top_layers" if self.reinit_top_layers else "rescale_embeddings"
+            fail(flag, "changes what --init_checkpoint loads; pass --init_checkpoint too (a "
+                 "random initialisation has nothing to re-draw or rescale)")
         self._validate_numbers()
 
     def _validate_numbers(self) -> None:
@@ -83,6 +89,8 @@ class FinetuningConfig:
                      "log_every_n_steps", "max_nonfinite_updates"):
             check_number(name, getattr(self, name), at_least=1, integer=True, error=error)
         # [CLS], a token, [SEP]
+        check_number("reinit_top_layers", self.reinit_top_layers, at_least=0, integer=True,
+                     error=error)
         check_number("max_seq_length", self.max_seq_length, at_least=3, integer=True,
                      error=error)
         check_number("num_train_epochs", self.num_train_epochs, above=0, error=error)
@@ -124,12 +132,26 @@ def define_finetuning_flags() -> None:
                       "--task_name=ner: read an I-X that continues no X as B-X (conlleval) "
                       "instead of refusing the file.")
     shared_flags.define_tokenizer_flags(d)
+    _define_init_flags(d)
     flags.DEFINE_float("num_train_epochs", d["num_train_epochs"],
                        "Passes over the training data.")
     flags.DEFINE_float("warmup_proportion", d["warmup_proportion"],
                        "Share of the updates with linear warmup (then linear decay to 0).")
     flags.DEFINE_bool("do_predict", d["do_predict"], "Write predictions for the test split.")
     _define_tsv_flags(d)
+
+
+def _define_init_flags(d: dict) -> None:
+    flags.DEFINE_integer("reinit_top_layers", d["reinit_top_layers"],
+                         "Leave the pooler and the top N encoder layers at BERT's random "
+                         "initialisation instead of loading them from --init_checkpoint (Re-init, "
+                         "Zhang et al. 2021, 'Revisiting Few-sample BERT Fine-tuning'; "
+                         "docs/budget.md).")
+    flags.DEFINE_bool("rescale_embeddings", d["rescale_embeddings"],
+                      "Scale the loaded word, position and token-type embeddings so the word "
+                      "table's RMS is initializer_range; the outputs do not change (LayerNorm "
+                      "follows), AdamW then moves them as fast as a fresh model's "
+                      "(docs/budget.md).")
 
 
 def _define_tsv_flags(d: dict) -> None:
