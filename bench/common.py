@@ -235,6 +235,29 @@ def add_convergence_args(parser):
     return parser
 
 
+def add_init_args(parser):
+    """run_finetuning's options for loading a pretrained checkpoint, for the benches that
+    fine-tune one (docs/budget.md, "Fine-tuning a budget checkpoint")."""
+    parser.add_argument("--rescale_embeddings", action="store_true",
+                        help="pretrained inits: run_finetuning --rescale_embeddings")
+    parser.add_argument("--reinit_top_layers", type=int, default=0,
+                        help="pretrained inits: run_finetuning --reinit_top_layers")
+
+
+def init_flags(args, checkpoint) -> list:
+    """run_finetuning's flags for `checkpoint` ('' for random init, which takes none)."""
+    if not checkpoint:
+        return ["--init_checkpoint="]
+    return [f"--init_checkpoint={checkpoint}", f"--reinit_top_layers={args.reinit_top_layers}",
+            f"--{'' if args.rescale_embeddings else 'no'}rescale_embeddings"]
+
+
+def init_suffix(args) -> str:
+    """What add_init_args changed, for a pretrained run's directory name ('' for nothing)."""
+    return ("-rescaled" * args.rescale_embeddings
+            + (f"-reinit{args.reinit_top_layers}" if args.reinit_top_layers else ""))
+
+
 def add_step_args(parser):
     """The command-line arguments every training-step benchmark child takes."""
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")

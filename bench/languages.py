@@ -102,10 +102,7 @@ def parse_args():
                         help="NER peak learning rate (3e-4: see FINETUNING_FLAGS)")
     parser.add_argument("--finetuning_epochs", type=float, default=0,
                         help="NER epochs for every language (default: EPOCHS, about 250 updates)")
-    parser.add_argument("--rescale_embeddings", action="store_true",
-                        help="pretrained inits: run_finetuning --rescale_embeddings")
-    parser.add_argument("--reinit_top_layers", type=int, default=0,
-                        help="pretrained inits: run_finetuning --reinit_top_layers")
+    common.add_init_args(parser)
     parser.add_argument("--parallel_finetuning", type=int, default=1)
     parser.add_argument("--work_dir", default="")
     args = parser.parse_args()
@@ -230,12 +227,8 @@ def finetune(lang, init, fold, seed, model, checkpoint, args) -> dict:
     """One run_finetuning.py process (1 thread) on one fold; the test fold's entity F1 from its
     predictions.tsv and the boundaries inside pieces from its log."""
     work = args.work_dir / lang
-    init_flags = [f"--init_checkpoint={checkpoint}"]
     if checkpoint:
-        init_flags += [f"--reinit_top_layers={args.reinit_top_layers}",
-                       f"--{'' if args.rescale_embeddings else 'no'}rescale_embeddings"]
-        init += "-rescaled" * args.rescale_embeddings + f"-reinit{args.reinit_top_layers}" * bool(
-            args.reinit_top_layers)
+        init += common.init_suffix(args)
     out = work / "runs" / f"{init}-fold{fold}-s{seed}"
     result = out / "test_scores.json"
     if not result.exists():
@@ -245,7 +238,7 @@ def finetune(lang, init, fold, seed, model, checkpoint, args) -> dict:
                f"--learning_rate={args.finetuning_learning_rate}",
                f"--data_dir={work / 'folds' / f'fold{fold}'}",
                f"--bert_config_file={model['config']}", f"--vocab_file={model['vocab']}",
-               *init_flags, f"--output_dir={out}", f"--seed={seed}"]
+               *common.init_flags(args, checkpoint), f"--output_dir={out}", f"--seed={seed}"]
         proc = subprocess.run(cmd, cwd=REPO, env=common.set_thread_env(1), capture_output=True,
                               text=True)
         if proc.returncode:

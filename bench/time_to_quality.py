@@ -88,6 +88,7 @@ def parse_args():
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--rounds", type=int, default=1, help="pretraining seeds 1..N")
     parser.add_argument("--finetuning_seeds", type=int, default=3)
+    common.add_init_args(parser)
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
                         help="bert_tf rows' precision (auto: the demo's choice for this CPU)")
     parser.add_argument("--work_dir", default="")
@@ -230,6 +231,8 @@ def finetune(args, prepared, task, checkpoint, name, seed) -> float:
     """One run_finetuning.py process (1 thread, cached by its flags); its dev accuracy."""
     flags_of = [*TASKS[task], f"--learning_rate={LEARNING_RATES[task]}"]
     digest = hashlib.sha256(" ".join(flags_of).encode()).hexdigest()[:6]
+    if checkpoint:
+        name += common.init_suffix(args)
     out = args.work_dir / "finetune" / "runs" / f"{task}-{digest}-{name}-ft{seed}"
     result = out / "eval_results.json"
     if not result.exists():
@@ -238,7 +241,7 @@ def finetune(args, prepared, task, checkpoint, name, seed) -> float:
         logged([sys.executable, "run_finetuning.py", *flags_of,
                 f"--data_dir={args.work_dir / 'finetune' / task}",
                 f"--bert_config_file={prepared['config_file']}",
-                f"--vocab_file={prepared['vocab']}", f"--init_checkpoint={checkpoint}",
+                f"--vocab_file={prepared['vocab']}", *common.init_flags(args, checkpoint),
                 f"--output_dir={out}", f"--seed={seed}", "--log_every_n_steps=50"],
                out / "log.txt", common.set_thread_env(1))
     return json.loads(result.read_text())["accuracy"]
