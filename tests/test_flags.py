@@ -137,6 +137,8 @@ FINETUNING = {
     'output_dir': ('ArgumentParser', None, None),
     'peer_timeout_seconds': ('FloatParser', None, 900.0),
     'precision': ('EnumParser', ['fp32', 'fp16', 'bf16', 'amp'], 'fp32'),
+    'reinit_top_layers': ('IntegerParser', None, 0),
+    'rescale_embeddings': ('BooleanParser', None, False),
     'seed': ('IntegerParser', None, 12345),
     'task_name': ('EnumParser', ['pos', 'ner', 'cola', 'sst-2', 'mrpc', 'mnli', 'tsv'], None),
     'ner_lenient_tags': ('BooleanParser', None, False),

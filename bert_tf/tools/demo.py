@@ -249,10 +249,13 @@ def finetune_books(out, books_dir, config_file, vocab, model_dir):
     def finetune(name, init, seed):
         output_dir = os.path.join(out, "finetune", f"{name}-seed{seed}")
         os.makedirs(output_dir, exist_ok=True)
+        # --rescale_embeddings: the budget recipe's LAMB leaves the embeddings too large for
+        # AdamW (docs/budget.md, "Fine-tuning a budget checkpoint")
         run_step(f"fine-tune ({name.replace('_', ' ')}, seed {seed})", [
             sys.executable, "run_finetuning.py", f"--data_dir={data_dir}",
             f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
-            f"--init_checkpoint={init}", f"--output_dir={output_dir}", f"--seed={seed}",
+            f"--init_checkpoint={init}", *(["--rescale_embeddings"] if init else []),
+            f"--output_dir={output_dir}", f"--seed={seed}",
             f"--learning_rate={FINETUNING_LEARNING_RATE}", *FINETUNING_FLAGS],
             log_file=os.path.join(output_dir, "log.txt"), env=env)
         with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
