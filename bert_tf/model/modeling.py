@@ -366,7 +366,10 @@ def rescale_embeddings(variables_by_name, target_rms: float) -> None:
     optimizer step (Adam's) moves them relative to their size. The masked-LM head's logits,
     which reuse the word table, do change: this is for fine-tuning.
     """
-    factor = target_rms / word_embedding_rms(variables_by_name)
+    rms = word_embedding_rms(variables_by_name)
+    if rms == 0:  # an all-zero table stays zero at any scale
+        return
+    factor = target_rms / rms
     for name in EMBEDDING_TABLES:
         variables_by_name[name].assign(variables_by_name[name] * factor)
 

@@ -88,9 +88,9 @@ class FinetuningConfig:
         for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps",
                      "log_every_n_steps", "max_nonfinite_updates"):
             check_number(name, getattr(self, name), at_least=1, integer=True, error=error)
-        # [CLS], a token, [SEP]
         check_number("reinit_top_layers", self.reinit_top_layers, at_least=0, integer=True,
                      error=error)
+        # [CLS], a token, [SEP]
         check_number("max_seq_length", self.max_seq_length, at_least=3, integer=True,
                      error=error)
         check_number("num_train_epochs", self.num_train_epochs, above=0, error=error)
