@@ -67,6 +67,10 @@ LOGGED_METRICS = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_acc
                   "next_sentence_accuracy", "learning_rate", "loss_scale", "grad_norm")
 
 
+# What only the next-sentence loss reaches (the pooler feeds only its head).
+NSP_ONLY = ("bert/pooler/", "cls/seq_relationship/")
+
+
 class PretrainingState(TrainState):
     """TrainState for BertForPreTraining: the masked-LM loss normalised by the update's total
     mask weight plus the next-sentence loss normalised by its total examples."""
@@ -77,7 +81,8 @@ class PretrainingState(TrainState):
                                               attention_probs_dropout_prob=0.0)
         model = BertForPreTraining(bert_config, precision.compute_dtype(config.precision))
         super().__init__(model, config, METRIC_SUMS, name="pretraining",
-                         exclude_from_layer_adaptation=config.exclude_from_layer_adaptation)
+                         exclude_from_layer_adaptation=config.exclude_from_layer_adaptation,
+                         untrained=() if config.next_sentence_prediction else NSP_ONLY)
 
     def loss_sums(self, features, dropout_seed) -> dict:
         outputs = self.model(features, training=True, dropout_seed=dropout_seed)

@@ -62,17 +62,25 @@ class TrainState(tf.Module):
       metric_names: names of the sums `loss_sums` returns, in the order they are allreduced.
       name: the module's name.
       exclude_from_layer_adaptation: regexes of the variables LAMB gives no trust ratio.
+      untrained: name prefixes of variables the loss does not reach (e.g. the pooler without
+        next sentence prediction). They are checkpointed but get no optimizer step: with a zero
+        gradient, weight decay alone would still shrink them, and LAMB's trust ratio makes that
+        lr x the weight per step, which took the pooler to 0 (docs/budget.md).
     """
 
     def __init__(self, model, config, metric_names, name="train_state",
-                 exclude_from_layer_adaptation=optimization.EXCLUDE_FROM_LAYER_ADAPTATION):
+                 exclude_from_layer_adaptation=optimization.EXCLUDE_FROM_LAYER_ADAPTATION,
+                 untrained=()):
         super().__init__(name=name)
         self.config = config
         self.metric_names = tuple(metric_names)
         self.model = model
         self.params = variables_by_name(model)
+        untrained = tuple(untrained)
+        self.trained = {name: v for name, v in self.params.items()
+                        if not name.startswith(untrained)}
         self.optimizer = optimization.create_optimizer(
-            config.optimizer_type, self.params, config.weight_decay_rate,
+            config.optimizer_type, self.trained, config.weight_decay_rate,
             exclude_from_layer_adaptation, bias_correction=config.adam_bias_correction)
         precision.configure_xla_matmuls(config.precision, config.use_xla, precision.has_gpu())
         self.loss_scale = precision.DynamicLossScale(
@@ -116,7 +124,7 @@ class TrainState(tf.Module):
         self.accumulation_divisor.assign(float(steps))
         if steps > 1 and not self.accumulators:
             self.accumulators = [tf.Variable(tf.zeros_like(v), trainable=False)
-                                 for v in self.params.values()]
+                                 for v in self.trained.values()]
 
     def set_rank(self, rank: int) -> None:
         """This process's rank from now on (the dropout masks depend on it)."""
@@ -156,7 +164,7 @@ class TrainState(tf.Module):
     def _gradients(self, features, totals):
         """This micro-batch's (loss-scaled) gradients and metric sums; counts it as consumed
         input. totals: the normalisers over the whole update on all ranks, divided by K."""
-        params = list(self.params.values())
+        params = list(self.trained.values())
         # Every rank and micro-batch gets its own masks; a resumed run the same ones.
         dropout_seed = tf.random.experimental.stateless_fold_in(self.dropout_seed,
                                                                 self.input_position)
