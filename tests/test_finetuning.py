@@ -412,6 +412,22 @@ def test_reinit_top_layers_and_rescale_embeddings(ewt, large_embeddings_checkpoi
                                        err_msg=name)
 
 
+def test_a_tagger_leaves_the_pooler_it_never_reads_as_loaded(ewt, large_embeddings_checkpoint,
+                                                             tmp_path):
+    """Token tagging reads no pooled output: AdamW's weight decay must not shrink the pooler
+    the checkpoint hands on, while every weight the loss reaches moves."""
+    finetune.run(finetuning_config(ewt.small, tmp_path / "out", ewt.config, ewt.vocab,
+                                   do_train=True, num_train_epochs=1.0,
+                                   init_checkpoint=large_embeddings_checkpoint))
+    saved, final = tf.train.load_checkpoint(large_embeddings_checkpoint), final_weights(
+        tmp_path / "out")
+    for name, value in final.items():
+        if name.startswith("bert/pooler/"):
+            np.testing.assert_array_equal(value, saved.get_tensor(name), err_msg=name)
+        elif name.startswith("bert/") and name.endswith("kernel"):
+            assert not np.allclose(value, saved.get_tensor(name)), name
+
+
 def test_flag_errors(ewt, tmp_path):
     config = finetuning_config(ewt.small, tmp_path / "out", ewt.config, ewt.vocab)
     with pytest.raises(FinetuningConfigError, match="--do_train or --do_eval or --do_predict"):

@@ -61,7 +61,11 @@ class FinetuningState(TrainState):
         head = (BertForTokenClassification if config.task_name in tasks.TAGGING_TASKS
                 else BertForSequenceClassification)
         model = head(bert_config, num_labels, precision.compute_dtype(config.precision))
-        super().__init__(model, config, CLASSIFICATION_SUMS, name="finetuning")
+        # A tagger reads no pooled output: its pooler gets no step, so AdamW's weight decay
+        # does not shrink what the checkpoint hands on (TrainState's `untrained`).
+        untrained = ("bert/pooler/",) if head is BertForTokenClassification else ()
+        super().__init__(model, config, CLASSIFICATION_SUMS, name="finetuning",
+                         untrained=untrained)
         self.predicted_ids = tf.function(self._predicted_ids, jit_compile=config.use_xla,
                                          autograph=False)
 
