@@ -20,6 +20,10 @@ round (bench/rounds.py's reason: the machine's speed drifts), then fine-tunes ev
 with --finetuning_seeds seeds on
   books    the demo's task: which of three unseen books a 24-word passage comes from;
   upos200  UPOS tagging trained on 200 sentences of the shared EWT treebank, scored on 500;
+  upos_probe  a linear UPOS classifier on the frozen top layer's word vectors (`probe_syntax
+           --nodependency_probes`: 1,500 EWT sentences, scored on the other 577): what
+           pretraining put in the representations, where fine-tuning from 200 sentences
+           learns the tags on its own and lands level with random init (docs/budget.md);
 and measures held-out masked-LM loss on one set for all rows (the held-out book, 15% static
 masking, no NSP), so that a recipe masking 30% is not scored on its own harder task.
 Fine-tuning never overlaps a pretraining run (it would eat the budget).
@@ -69,7 +73,7 @@ EVAL_RECIPE = {"max_seq_length": "128", "max_predictions_per_seq": "20", "masked
                "dynamic_masking": "false", "next_sentence_prediction": "false"}
 UPOS_FLAGS = ("--task_name=pos", "--max_seq_length=64", "--train_batch_size=16", "--do_train",
               "--do_eval", "--num_train_epochs=10")
-TASKS = {"books": demo.FINETUNING_FLAGS, "upos200": UPOS_FLAGS}
+TASKS = {"books": demo.FINETUNING_FLAGS, "upos200": UPOS_FLAGS, "upos_probe": ()}
 # UPOS at 3e-4, not bench/finetune.py's 1e-4 (made for MiniLM): at 1e-4 the demo's model
 # tagged 2.6 points worse than random init on upos200, at 3e-4 2.2 points better
 # (bench/README.md, "Pretraining pays?"; bench/pretraining_pays.py, retired after 3b7f86a).
@@ -229,6 +233,8 @@ def logged(cmd, log_path, env) -> list:
 
 def finetune(args, prepared, task, checkpoint, name, seed) -> float:
     """One run_finetuning.py process (1 thread, cached by its flags); its dev accuracy."""
+    if task == "upos_probe":
+        return upos_probe(args, prepared, checkpoint, name, seed)
     flags_of = [*TASKS[task], f"--learning_rate={LEARNING_RATES[task]}"]
     digest = hashlib.sha256(" ".join(flags_of).encode()).hexdigest()[:6]
     if checkpoint:
@@ -245,6 +251,25 @@ def finetune(args, prepared, task, checkpoint, name, seed) -> float:
                 f"--output_dir={out}", f"--seed={seed}", "--log_every_n_steps=50"],
                out / "log.txt", common.set_thread_env(1))
     return json.loads(result.read_text())["accuracy"]
+
+
+def upos_probe(args, prepared, checkpoint, name, seed) -> float:
+    """probe_syntax's UPOS accuracy from the top layer (1 thread, cached). The model is
+    frozen, so --rescale_embeddings and --reinit_top_layers do not apply. Random init
+    (`checkpoint` empty) is the probe's own control: the same architecture drawn with `seed`
+    (probe_syntax needs some checkpoint to start from; its weights are not used)."""
+    out = args.work_dir / "finetune" / "runs" / f"upos_probe-{name}-ft{seed}"
+    result = out / "probes.json"
+    if not result.exists():
+        model = checkpoint or str(next(args.work_dir.glob("runs/*/model")))
+        logged([sys.executable, "-m", "bert_tf", "probe_syntax", f"--init_checkpoint={model}",
+                f"--bert_config_file={prepared['config_file']}",
+                f"--vocab_file={prepared['vocab']}", f"--train_conllu={EWT}",
+                "--nodependency_probes", "--random_init" if not checkpoint else "--norandom_init",
+                f"--seed={seed}", f"--output_dir={out}"],
+               out.with_suffix(".log"), common.set_thread_env(1))
+    accuracy = json.loads(result.read_text())["upos_accuracy"]
+    return accuracy["trained" if checkpoint else "random_init"][-1]
 
 
 def runs_of_round(args, seed):

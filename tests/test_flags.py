@@ -297,6 +297,7 @@ EXPECTED = {
     'probe_syntax': {
         'batch_size': ('IntegerParser', None, 32),
         'bert_config_file': ('ArgumentParser', None, None),
+        'dependency_probes': ('BooleanParser', None, True),
         'dev_fraction': ('FloatParser', None, 0.15),
         # None since issue 34: the vocab's tokenizer spec decides.
         'do_lower_case': ('BooleanParser', None, None),

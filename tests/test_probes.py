@@ -168,6 +168,29 @@ def test_cli_writes_the_report(tiny_model, tmp_path):
     assert not list(tmp_path.glob(".probe_syntax-*"))
 
 
+def test_without_dependency_probes_only_the_upos_report_is_written(tiny_model, tmp_path):
+    """--nodependency_probes: UPOS per layer, no UAS, and an earlier run's UAS files go."""
+    conllu = tmp_path / "gold.conllu"
+    conllu.write_text(conllu_text(TREEBANK), encoding="utf-8")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "uas.csv").write_text("stale\n")
+    proc = run_command([PYTHON, "-m", "bert_tf", "probe_syntax",
+                        *[f"--{k}={v}" for k, v in tiny_model.items()],
+                        f"--train_conllu={conllu}", "--train_sentences=4",
+                        f"--output_dir={out}", "--upos_steps=5", "--nodependency_probes",
+                        "--norandom_init", "--batch_size=2", "--max_seq_length=32"],
+                       env={"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+                            "TF_NUM_INTEROP_THREADS": "1"}, timeout=300)
+    assert "UAS" not in proc.stdout and "UPOS accuracy per layer" in proc.stdout
+    report = json.loads((out / "probes.json").read_text(encoding="utf-8"))
+    assert report["uas"] == {} and report["tuning"] == {}
+    assert len(report["upos_accuracy"]["trained"]) == 3
+    assert report["upos_accuracy"]["random_init"] is None
+    assert sorted(f.name for f in out.iterdir()) == ["probes.json", "probes.png",
+                                                     "upos_by_layer.csv"]
+
+
 def _args(tiny_model, tmp_path, **overrides):
     return probe_syntax.ProbeArgs(**{**tiny_model, "output_dir": str(tmp_path / "report"),
                                      **overrides})

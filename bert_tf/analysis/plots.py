@@ -206,18 +206,12 @@ def write_attention_html(tokens, attention, path, title="Attention"):
 def plot_probes(report, names, path):
     """The probes' UAS beside the paper's, and the UPOS accuracy of each layer's word
     vectors, trained and random-init (bert_tf.analysis.probe_syntax)."""
-    fig, (uas_ax, upos_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
-    rows = list(report["uas"])
-    y = np.arange(len(rows))
-    uas_ax.barh(y - 0.2, [100 * report["uas"][r] for r in rows], height=0.4, color="#3498db",
-                label="this checkpoint")
-    uas_ax.barh(y + 0.2, [report["paper_uas"].get(r, 0) for r in rows], height=0.4,
-                color="#95a5a6", label="Clark et al., BERT-base on WSJ")
-    uas_ax.set_yticks(y, [names[r] for r in rows], fontsize=8)
-    uas_ax.invert_yaxis()
-    uas_ax.set_xlim(0, 100)
-    uas_ax.set_xlabel("UAS (%), punctuation excluded")
-    uas_ax.legend(fontsize=8, loc="lower right")
+    rows = list(report["uas"])  # none with --nodependency_probes: the UPOS panel alone
+    if rows:
+        fig, (uas_ax, upos_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
+        _plot_uas(uas_ax, report, names, rows)
+    else:
+        fig, upos_ax = plt.subplots(figsize=(6, 4.2))
     upos = report["upos_accuracy"]
     for key, color, label in (("trained", "#3498db", "this checkpoint"),
                               ("random_init", "#e74c3c", "random init")):
@@ -234,3 +228,16 @@ def plot_probes(report, names, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_uas(ax, report, names, rows):
+    y = np.arange(len(rows))
+    ax.barh(y - 0.2, [100 * report["uas"][r] for r in rows], height=0.4, color="#3498db",
+            label="this checkpoint")
+    ax.barh(y + 0.2, [report["paper_uas"].get(r, 0) for r in rows], height=0.4,
+            color="#95a5a6", label="Clark et al., BERT-base on WSJ")
+    ax.set_yticks(y, [names[r] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("UAS (%), punctuation excluded")
+    ax.legend(fontsize=8, loc="lower right")

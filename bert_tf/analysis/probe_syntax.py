@@ -79,6 +79,7 @@ class ProbeArgs:
     max_epochs: int = probes.MAX_EPOCHS
     dev_fraction: float = probes.DEV_FRACTION
     upos_steps: int = 300
+    dependency_probes: bool = True  # False: only the per-layer UPOS probe (seconds, not minutes)
     do_lower_case: bool | None = None  # None: the vocab's tokenizer spec
     allow_dictionary_mismatch: bool = False
     random_init: bool = True
@@ -275,8 +276,9 @@ def _probe_model(model, segments, vectors, tokenizer, args, with_baselines):
         uas_sets[split] = [probes.probe_sentence(s.sentence, maps, v) for s, (maps, _), v in
                            zip(segments[split], outputs, vectors[split], strict=True)]
         layer_vectors[split] = [states for _, states in outputs]
-    uas, trained, tuning = dependency_uas(uas_sets["train"], uas_sets["eval"], args,
-                                          with_baselines)
+    uas, trained, tuning = (dependency_uas(uas_sets["train"], uas_sets["eval"], args,
+                                           with_baselines)
+                            if args.dependency_probes else ({}, {}, {}))
     upos = upos_by_layer([s.sentence for s in segments["train"]],
                          [s.sentence for s in segments["eval"]],
                          layer_vectors["train"], layer_vectors["eval"], args.upos_steps)
@@ -305,14 +307,15 @@ def run_probes(args):
     uas, upos, trained, tuning = _probe_model(model, segments, vectors, tokenizer, args, True)
     weights = {"attn": head_weights(trained["attn"], layers, heads),
                "attn_and_vectors_bias": head_weights(trained["attn_and_vectors"], layers,
-                                                     heads)}
+                                                     heads)} if trained else {}
     upos_random = None
     if args.random_init:
         random_uas, upos_random, random_trained, random_tuning = _probe_model(
             random_init_model(config, args.seed), segments, vectors, tokenizer, args, False)
         uas.update({f"{name}_random_init": value for name, value in random_uas.items()})
         tuning.update({f"{name}_random_init": value for name, value in random_tuning.items()})
-        weights["attn_random_init"] = head_weights(random_trained["attn"], layers, heads)
+        if random_trained:
+            weights["attn_random_init"] = head_weights(random_trained["attn"], layers, heads)
     report = {
         "checkpoint": args.init_checkpoint,
         "model": {"num_layers": layers, "num_heads": heads, "hidden_size": config.hidden_size},
@@ -343,9 +346,11 @@ def _write_files(report, weights, directory):
     plots.plot_probes(report, PROBE_NAMES, os.path.join(directory, "probes.png"))
     report = json_safe(report)
     write_json(os.path.join(directory, "probes.json"), report)
-    write_json(os.path.join(directory, "head_weights.json"), weights)
-    write_csv(os.path.join(directory, "uas.csv"), ["probe", "uas", "paper_bert_base_wsj"],
-               [[name, value, PAPER_UAS.get(name, "")] for name, value in report["uas"].items()])
+    if report["uas"]:  # not with --nodependency_probes
+        write_json(os.path.join(directory, "head_weights.json"), weights)
+        write_csv(os.path.join(directory, "uas.csv"), ["probe", "uas", "paper_bert_base_wsj"],
+                   [[name, value, PAPER_UAS.get(name, "")]
+                    for name, value in report["uas"].items()])
     upos = report["upos_accuracy"]
     if upos["trained"] is not None:
         random_init = upos["random_init"] or [""] * len(upos["trained"])
@@ -396,6 +401,9 @@ def define_flags():
                        "held out as dev to pick each probe's rate, L2 and passes.")
     flags.DEFINE_integer("upos_steps", d["upos_steps"], "Full-batch Adam steps of each "
                          "layer's UPOS classifier.")
+    flags.DEFINE_bool("dependency_probes", d["dependency_probes"], "Train the dependency "
+                      "(UAS) probes; --nodependency_probes runs only the per-layer UPOS "
+                      "probe, in seconds where the dependency probes take minutes.")
     shared_flags.define_tokenizer_flags(d)
     flags.DEFINE_bool("random_init", d["random_init"], "Also probe the same architecture "
                       "with random weights (the control).")
@@ -414,14 +422,22 @@ def _settings_note(tuning):
 
 
 def run(args: ProbeArgs) -> int:
-    """Probes the model and prints the UAS table; returns the exit status."""
+    """Probes the model and prints the UAS table and UPOS accuracy per layer; returns the
+    exit status."""
     devices.use_one_gpu()
     report = run_probes(args)
-    table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
-                      f"{_settings_note(report['tuning'].get(name))}"
-                      for name, value in report["uas"].items())
-    print(f"UAS on {report['data']['eval']['sentences']} held-out sentences:\n{table}\n"
-          f"report in {args.output_dir}")
+    sentences = report["data"]["eval"]["sentences"]
+    if report["uas"]:
+        table = "\n".join(f"  {PROBE_NAMES[name]:<40} {100 * value:5.1f}"
+                          f"{_settings_note(report['tuning'].get(name))}"
+                          for name, value in report["uas"].items())
+        print(f"UAS on {sentences} held-out sentences:\n{table}")
+    upos = report["upos_accuracy"]
+    for key, label in (("trained", "this checkpoint"), ("random_init", "random init")):
+        if upos[key]:
+            layers = ", ".join(f"{100 * value:.1f}" for value in upos[key])
+            print(f"UPOS accuracy per layer (0 = embeddings), {label}: {layers}")
+    print(f"report in {args.output_dir}")
     return 0
 
 
