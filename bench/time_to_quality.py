@@ -255,10 +255,12 @@ def finetune(args, prepared, task, checkpoint, name, seed) -> float:
 
 def upos_probe(args, prepared, checkpoint, name, seed) -> float:
     """probe_syntax's UPOS accuracy from the top layer (1 thread, cached). The model is
-    frozen, so --rescale_embeddings and --reinit_top_layers do not apply. Random init
-    (`checkpoint` empty) is the probe's own control: the same architecture drawn with `seed`
-    (probe_syntax needs some checkpoint to start from; its weights are not used)."""
-    out = args.work_dir / "finetune" / "runs" / f"upos_probe-{name}-ft{seed}"
+    frozen, so --rescale_embeddings and --reinit_top_layers do not apply, and the probe
+    (full-batch Adam from zeros) gives a checkpoint one score whatever `seed`: one run each.
+    Random init (`checkpoint` empty) is the probe's own control: the same architecture drawn
+    with `seed` (probe_syntax needs some checkpoint to start from; its weights are unused)."""
+    out = args.work_dir / "finetune" / "runs" / (f"upos_probe-{name}" if checkpoint
+                                                 else f"upos_probe-{name}-seed{seed}")
     result = out / "probes.json"
     if not result.exists():
         model = checkpoint or str(next(args.work_dir.glob("runs/*/model")))

@@ -27,7 +27,6 @@ rank.
 import collections
 import dataclasses
 import os
-import sys
 
 from absl import flags
 
@@ -269,9 +268,7 @@ def run(config: DatasetConfig) -> int:
         with workers.interruptible():
             manifest = prepare_dataset(config)
     except workers.Interrupted as e:
-        print(f"prepare_dataset: {e}: finished shards are kept; rerun the same command to "
-              "continue", file=sys.stderr)
-        return 128 + e.signum
+        return workers.stopped_status("prepare_dataset", e, "finished shards are kept")
     if manifest is not None:
         for stage, counts in manifest["stages"].items():
             print(f"{stage}: {len(counts['shards'])} shards, {counts['total']}")

@@ -506,9 +506,7 @@ def run(config: WikipediaConfig) -> int:
             extract_dumps(dumps, config.output_dir, config.shard_mb * 1e6, config.num_workers,
                           config.progress)
     except workers.Interrupted as e:
-        print(f"wikipedia: {e}: finished shards are kept; rerun the same command to continue",
-              file=sys.stderr)
-        return 128 + e.signum
+        return workers.stopped_status("wikipedia", e, "finished shards are kept")
     names = sorted(glob.glob(os.path.join(glob.escape(config.output_dir), "wiki*-*.txt")))
     print(f"{len(dumps)} dump(s) -> {len(names)} document shard(s) under {config.output_dir}")
     return 0

@@ -30,6 +30,13 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
+def stopped_status(command, error: Interrupted, outcome) -> int:
+    """Says on stderr that `command` stopped on `error` and what it left (`outcome`); returns
+    128 + the signal, the status a shell gives a process the signal ended."""
+    print(f"{command}: {error}: {outcome}; rerun the same command", file=sys.stderr)
+    return 128 + error.signum
+
+
 @contextlib.contextmanager
 def interruptible():
     """Within the block SIGTERM and SIGINT raise Interrupted in the main thread."""

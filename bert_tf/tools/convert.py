@@ -169,9 +169,8 @@ def main(argv: list[str]) -> int:
     try:
         report = convert(config)
     except workers.Interrupted as e:
-        print(f"convert: {e}: nothing was left in --output_dir={config.output_dir}; rerun the "
-              "same command", file=sys.stderr)
-        return 128 + e.signum
+        return workers.stopped_status(
+            "convert", e, f"nothing was left in --output_dir={config.output_dir}")
     except (ConversionError, CheckpointError, BertConfigError, OutputDirError,
             hf_tokenizer.HfTokenizerError, TokenizerSpecError) as e:
         print(f"convert: error: {e}", file=sys.stderr)

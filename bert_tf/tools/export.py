@@ -13,7 +13,6 @@ if the export fails, nothing. docs/export.md describes each format's files and i
 
 import dataclasses
 import importlib
-import sys
 
 from absl import flags
 
@@ -81,9 +80,8 @@ def run(config: ExportConfig) -> int:
         with new_output_dir(config.output_dir) as directory:
             exporter.export(source, directory, **options)
     except workers.Interrupted as e:
-        print(f"export: {e}: nothing was left in --output_dir={config.output_dir}; rerun the "
-              "same command", file=sys.stderr)
-        return 128 + e.signum
+        return workers.stopped_status(
+            "export", e, f"nothing was left in --output_dir={config.output_dir}")
     what = source.kind + (f" ({len(source.labels)} labels)" if source.labels else "")
     print(f"exported the {what} of {source.checkpoint} as {config.format} -> "
           f"{config.output_dir}")
