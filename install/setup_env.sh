@@ -102,7 +102,9 @@ fi
 "${PIP[@]}" install -c "$BUILD/with-deps.txt" "tensorflow-cpu==$PINNED_TF" numpy setuptools wheel \
   || fail "pip install tensorflow-cpu==$PINNED_TF"
 step_done "TensorFlow installed"
-"$VENV/bin/python" -m pip freeze --all > "$BUILD/built-with.txt"
+# Only name==version pins: when an existing venv is updated, freeze also lists the editable
+# bert_tf and the Horovod wheel by path, which pip refuses as constraints.
+"$VENV/bin/python" -m pip freeze --all | grep -E '^[A-Za-z0-9_.-]+==' > "$BUILD/built-with.txt"
 BUILD_PID=""
 if [[ -z "$WHEEL" ]]; then
   if [[ -n "$APT_PID" ]]; then

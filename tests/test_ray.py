@@ -2,7 +2,7 @@
 127.0.0.3 and a worker node at 127.0.0.2 (both loopback addresses), each with one Ray CPU, so a
 2-rank job has one rank on each node. A static job stopped by SIGTERM to launch.py and rerun
 ends with the weights of an uninterrupted horovodrun job. An elastic job whose rank 1 is
-killed should go on at one rank and finish: that test is skipped while issue 47 is open.
+killed goes on at one rank and finishes.
 
 Only loopback traffic (Horovod's Gloo on `lo`, Ray's ports on 127.0.0.x); every wait is
 bounded; both Ray nodes are stopped (their process groups killed) also when a test fails.
@@ -158,8 +158,6 @@ def test_stopped_ray_job_resumes_to_the_weights_of_an_uninterrupted_horovodrun(
                          checkpoint_values(reference / f"model.ckpt-{STEPS}"))
 
 
-@pytest.mark.skip(reason="issue 47, open: Horovod's elastic Ray driver places rank 0 on an "
-                  "arbitrary node and no growth was seen; see the issue's notes")
 def test_elastic_ray_job_losing_a_node_goes_on(data, ray_cluster, tmp_path):
     """--min_np=1 --max_np=2: the job trains with a rank on each node; rank 1 is killed mid-run
     and the job finishes on rank 0 alone, keeping the global batch."""
