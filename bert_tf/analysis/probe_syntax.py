@@ -10,7 +10,8 @@ the training sentences' gold heads, each with the learning rate, L2 weight and p
 do best on a dev part of the training sentences (one rule for all: probes.tune_and_train),
 and scores UAS on the evaluation sentences; trains a linear UPOS classifier on each layer's
 word vectors; repeats both on the same architecture from random initialisation. Writes
-probes.json, uas.csv, upos_by_layer.csv, head_weights.json and probes.png. See
+probes.json, uas.csv, upos_by_layer.csv, head_weights.json and probes.png
+(--nodependency_probes: the UPOS probe alone, without uas.csv and head_weights.json). See
 docs/attention.md.
 """
 
