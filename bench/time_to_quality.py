@@ -264,7 +264,10 @@ def upos_probe(args, prepared, checkpoint, name, seed) -> float:
                                                  else f"upos_probe-{name}-seed{seed}")
     result = out / "probes.json"
     if not result.exists():
-        model = checkpoint or str(next(args.work_dir.glob("runs/*/model")))
+        model = checkpoint or next(map(str, args.work_dir.glob("runs/*/model")), None)
+        if model is None:
+            common.fail("--tasks=upos_probe: random init's probe starts from a pretrained "
+                        "checkpoint's files (not its weights); add a pretrained row to --rows")
         logged([sys.executable, "-m", "bert_tf", "probe_syntax", f"--init_checkpoint={model}",
                 f"--bert_config_file={prepared['config_file']}",
                 f"--vocab_file={prepared['vocab']}", f"--train_conllu={EWT}",

@@ -27,7 +27,7 @@ from safetensors.numpy import load_file, save_file
 
 from bert_tf.model.checkpoints import resolve_checkpoint, restore, save_checkpoint
 from bert_tf.model.config import BertConfig, BertConfigError
-from bert_tf.model.modeling import BertForPreTraining, variables_by_name
+from bert_tf.model.modeling import POOLER_SCOPE, BertForPreTraining, variables_by_name
 
 HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
@@ -76,7 +76,7 @@ def hf_key(google_name):
 
 def _is_head(google_name):
     # Parts a plain BertModel export may lack; they start fresh when absent.
-    return google_name.startswith(("cls/", "bert/pooler/"))
+    return google_name.startswith(("cls/", POOLER_SCOPE))
 
 
 def config_from_hf(hf_config, source):

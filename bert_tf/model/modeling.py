@@ -347,6 +347,9 @@ class Embeddings(_NamedModule):
         return dropout(x, self.dropout_prob)
 
 
+# The pooler's variables: read only by [CLS]-based heads (NSP, sequence classification).
+POOLER_SCOPE = "bert/pooler/"
+
 EMBEDDING_TABLES = ("bert/embeddings/word_embeddings", "bert/embeddings/position_embeddings",
                     "bert/embeddings/token_type_embeddings")
 
@@ -380,7 +383,7 @@ def top_layer_scopes(config: BertConfig, count: int) -> tuple[str, ...]:
     if count == 0:
         return ()
     top = range(config.num_hidden_layers - count, config.num_hidden_layers)
-    return ("bert/pooler/", *(f"bert/encoder/layer_{i}/" for i in top))
+    return (POOLER_SCOPE, *(f"bert/encoder/layer_{i}/" for i in top))
 
 
 class TransformerLayer(_NamedModule):

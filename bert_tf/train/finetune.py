@@ -63,7 +63,7 @@ class FinetuningState(TrainState):
         model = head(bert_config, num_labels, precision.compute_dtype(config.precision))
         # A tagger reads no pooled output: its pooler gets no step, so AdamW's weight decay
         # does not shrink what the checkpoint hands on (TrainState's `untrained`).
-        untrained = ("bert/pooler/",) if head is BertForTokenClassification else ()
+        untrained = (modeling.POOLER_SCOPE,) if head is BertForTokenClassification else ()
         super().__init__(model, config, CLASSIFICATION_SUMS, name="finetuning",
                          untrained=untrained)
         self.predicted_ids = tf.function(self._predicted_ids, jit_compile=config.use_xla,

@@ -42,6 +42,7 @@ from bert_tf.model import checkpoints, devices
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.model.modeling import (
     METRIC_SUMS,
+    POOLER_SCOPE,
     BertForPreTraining,
     metrics_from_sums,
     pretraining_loss,
@@ -68,7 +69,7 @@ LOGGED_METRICS = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_acc
 
 
 # What only the next-sentence loss reaches (the pooler feeds only its head).
-NSP_ONLY = ("bert/pooler/", "cls/seq_relationship/")
+NSP_ONLY = (POOLER_SCOPE, "cls/seq_relationship/")
 
 
 class PretrainingState(TrainState):
