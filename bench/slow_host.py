@@ -8,11 +8,10 @@ Two things make this host behave like it:
     peak (2 threads, 4096^3, measured in the cgroup) down to --target_gflops.
 The quota slows everything by the same factor, single-thread Python too, where Zen 1 is less
 behind (about 2x, not the matmul's 3-6x): wall times measured here are an upper bound for
-Zen 1's. Pass --precision=fp32 (or what the command's own choice would be without bf16):
-/proc/cpuinfo still lists this host's flags.
+Zen 1's. bert_tf's choice of precision reads the cap too (doctor_training.cpu_flags), so the
+demo pretrains in fp32 as on Zen 1.
 
-  python bench/slow_host.py -- .venv/bin/python -m bert_tf demo --precision=fp32 \\
-      --output_dir=/tmp/demo_zen1
+  python bench/slow_host.py -- make demo
 """
 
 import argparse
@@ -26,7 +25,6 @@ from pathlib import Path
 import common
 
 BENCH = Path(__file__).resolve().parent
-PYTHON = BENCH.parent / ".venv" / "bin" / "python"
 PERIOD_US = 100_000
 # Zen 1's fp32 figure (bench/README.md, "Session 8": `compare_train.py`'s start-of-run peak).
 ZEN1_FP32_GFLOPS = 71.0
@@ -35,7 +33,7 @@ ZEN1_FP32_GFLOPS = 71.0
 @contextlib.contextmanager
 def cpu_cgroup(name):
     """A new cgroup with the cpu controller (v2 if mounted so, else v1), removed on exit;
-    yields (directory, function(quota fraction of all cores))."""
+    yields (directory, set_quota(cores): the CPU time it may use, in cores)."""
     unified = Path("/sys/fs/cgroup")
     controllers = unified / "cgroup.controllers"
     if controllers.exists() and "cpu" in controllers.read_text().split():
@@ -67,27 +65,27 @@ def in_group(group, command):
     return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh", *map(str, command)]
 
 
-def fp32_peak(group, env):
-    """TensorFlow's fp32 matmul GFLOP/s in `group`, 2 threads."""
+def fp32_peak(group, env, python):
+    """TensorFlow's fp32 matmul GFLOP/s in `group`, 2 threads, measured by `python`."""
     (record,) = common.run_json(in_group(group, [
-        PYTHON, BENCH / "compare_train.py", "--child", "peaks", "--threads", "2",
+        python, BENCH / "compare_train.py", "--child", "peaks", "--threads", "2",
         "--peak_dtypes", "float32"]), env=common.set_thread_env(2, env))[-1:]
     if "error" in record:
         sys.exit(f"slow_host: the matmul peak failed: {record['error']}")
     return record["peak_flops"]["float32"] / 1e9
 
 
-def calibrate(group, set_quota, env, target):
+def calibrate(group, set_quota, env, target, python):
     """Sets the quota so the fp32 peak in `group` is about `target` GFLOP/s (the peak scales
     with the quota: two corrections); returns (cores, measured GFLOP/s)."""
     cores = float(os.cpu_count())
     set_quota(cores)
-    peak = fp32_peak(group, env)
+    peak = fp32_peak(group, env, python)
     print(f"slow_host: fp32 peak with oneDNN at AVX2, no quota: {peak:.0f} GFLOP/s", flush=True)
     for _ in range(2):
         cores = min(float(os.cpu_count()), cores * target / peak)
         set_quota(cores)
-        peak = fp32_peak(group, env)
+        peak = fp32_peak(group, env, python)
         print(f"slow_host: quota {cores:.2f} cores -> {peak:.0f} GFLOP/s", flush=True)
     return cores, peak
 
@@ -96,15 +94,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target_gflops", type=float, default=ZEN1_FP32_GFLOPS)
+    parser.add_argument("--python", default=str(BENCH.parent / ".venv" / "bin" / "python"),
+                        help="a Python with TensorFlow, to measure the peak (another checkout's "
+                             "venv when the command builds this one's)")
     parser.add_argument("command", nargs="+", help="the command to run (after --)")
     args = parser.parse_args()
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
     with cpu_cgroup(f"bert_tf_slow_host_{os.getpid()}") as (group, set_quota):
-        cores, peak = calibrate(group, set_quota, env, args.target_gflops)
+        cores, peak = calibrate(group, set_quota, env, args.target_gflops,
+                                args.python)
         start = time.time()
         status = subprocess.run(in_group(group, args.command), env=env).returncode
         wall = time.time() - start
-        after = fp32_peak(group, env)
+        after = fp32_peak(group, env, args.python)
     print(f"slow_host: exit {status}, {wall:.0f} s wall ({wall / 60:.1f} min) at a quota of "
           f"{cores:.2f} cores, fp32 peak {peak:.0f} GFLOP/s before, {after:.0f} after "
           f"(target {args.target_gflops:.0f})")

@@ -300,10 +300,11 @@ def runs_of_round(args, seed):
 
 def finetune_round(args, prepared, pretrained, seed):
     """Every task x fine-tuning seed of round `seed`'s checkpoints (`pretrained`: {(row,
-    budget): result}) and of random init (round 1), two at a time; {(row, budget): {task: [accuracy]}}."""
+    budget): result}) and of random init (round 1), two at a time; {(row, budget): {task:
+    [accuracy]}}. The probe scores a checkpoint once (upos_probe()), random init once a seed."""
     jobs = [(key, task, result["checkpoint"], f"{key[0]}-{key[1]}s-seed{result['seed']}", ft)
             for key, result in pretrained.items() for task in args.tasks
-            for ft in range(1, args.finetuning_seeds + 1)]
+            for ft in range(1, 2 if task == "upos_probe" else args.finetuning_seeds + 1)]
     if "random_init" in args.rows and seed == 1:  # no pretraining seed: once
         jobs += [(("random_init", 0), task, "", "random_init", ft) for task in args.tasks
                  for ft in range(1, args.finetuning_seeds + 1)]

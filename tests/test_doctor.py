@@ -313,6 +313,12 @@ def test_half_precision_on_cpu_without_native_support_warns(tmp_path):
                            "amx_bf16 or avx512_bf16")
     assert "use --precision=fp32" in line
     assert check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}).status == OK
+    # oneDNN held below an instruction set (ONEDNN_MAX_CPU_ISA) emulates its precisions.
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert cpu_flags(str(cpuinfo), max_isa="ALL") >= {"avx512_bf16", "amx_bf16"}
+    assert cpu_flags(str(cpuinfo), max_isa="avx512_core_bf16") == {"avx2", "avx512f",
+                                                                  "avx512_bf16"}
+    assert cpu_flags(str(cpuinfo), max_isa="AVX2") == {"avx2", "avx512f"}
     # XLA runs bf16's matmuls (bfloat16 -> float32 dots) in bfloat16, amp's in float32.
     xla = check_cpu_half_precision("bf16", 0, flags | {"avx512_bf16"}, use_xla=True)
     assert xla.status == OK

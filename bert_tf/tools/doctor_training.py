@@ -3,6 +3,7 @@ the TFRecords, tensor-core shapes, sequence length, max_predictions_per_seq, mem
 --deterministic with XLA and half precision on a CPU."""
 
 import dataclasses
+import os
 
 from bert_tf.model.config import BertConfig, BertConfigError
 from bert_tf.tools import model_size
@@ -152,15 +153,34 @@ def check_memory(config: PretrainingConfig, bert_config: BertConfig | None,
     return Check(WARN, name, f"{breakdown} > {gpu.describe()}: likely out of memory", fix)
 
 
-def cpu_flags(cpuinfo="/proc/cpuinfo") -> set:
+# ONEDNN_MAX_CPU_ISA's names in oneDNN's order (dnnl_cpu_isa_t in its dnnl_types.h; some levels
+# have two names), and the lowest cap at which oneDNN still runs each native half-precision
+# instruction set of /proc/cpuinfo; under a lower cap it emulates that precision.
+ONEDNN_ISA_LEVELS = {name: level for level, names in enumerate((
+    ("SSE41",), ("AVX",), ("AVX2",), ("AVX2_VNNI",), ("AVX2_VNNI_2",), ("AVX512_CORE",),
+    ("AVX512_CORE_VNNI",), ("AVX512_CORE_BF16",), ("AVX10_1_512", "AVX512_CORE_FP16"),
+    ("AVX10_1_512_AMX", "AVX512_CORE_AMX"), ("AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16")))
+    for name in names}
+HALF_PRECISION_ISA = {"avx512_bf16": "AVX512_CORE_BF16", "avx512_fp16": "AVX512_CORE_FP16",
+                      "amx_bf16": "AVX512_CORE_AMX", "amx_fp16": "AVX512_CORE_AMX_FP16"}
+
+
+def cpu_flags(cpuinfo="/proc/cpuinfo", max_isa=None) -> set:
+    """The CPU's flags (/proc/cpuinfo), less the half-precision ones oneDNN may not use under
+    the cap `max_isa` (default: $ONEDNN_MAX_CPU_ISA; unset, ALL or unknown: no cap)."""
+    flags = set()
     try:
         with open(cpuinfo) as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
+            flags = next((set(line.partition(":")[2].split()) for line in f
+                          if line.startswith("flags")), set())
     except OSError:
         pass
-    return set()
+    cap = ONEDNN_ISA_LEVELS.get(
+        (os.environ.get("ONEDNN_MAX_CPU_ISA", "") if max_isa is None else max_isa).upper())
+    if cap is not None:
+        flags -= {flag for flag, isa in HALF_PRECISION_ISA.items()
+                  if ONEDNN_ISA_LEVELS[isa] > cap}
+    return flags
 
 
 def check_cpu_half_precision(precision: str, gpu_count: int, flags: set,
