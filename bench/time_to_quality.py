@@ -34,6 +34,9 @@ more rounds can be added later with --rounds.
 
     .venv/bin/python bench/time_to_quality.py --budgets=150,600 --rounds=1
     make time-to-quality   # the same
+    # issue 44's "a third of the time" (docs/budget.md):
+    .venv/bin/python bench/time_to_quality.py --name=third --budgets=200 --classic_budgets=600 \
+        --rows=classic,budget,random_init --tasks=books,upos_probe --rounds=3 --rescale_embeddings
 """
 
 import argparse
