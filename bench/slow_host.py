@@ -9,7 +9,11 @@ Two things make this host behave like it:
 The quota slows everything by the same factor, single-thread Python too, where Zen 1 is less
 behind (about 2x, not the matmul's 3-6x): wall times measured here are an upper bound for
 Zen 1's. bert_tf's choice of precision reads the cap too (doctor_training.cpu_flags), so the
-demo pretrains in fp32 as on Zen 1.
+demo pretrains in fp32 as on Zen 1. What the stand-in cannot run: bfloat16 matmuls with oneDNN
+on. TensorFlow decides from the CPU, not the cap, that oneDNN multiplies bfloat16, and a 4x8
+bfloat16 tf.matmul under ONEDNN_MAX_CPU_ISA=AVX2 then dies of a segmentation fault (exit 139;
+fine with TF_ENABLE_ONEDNN_OPTS=0 or without the cap; TF 2.21, Zen 4), where Zen 1 runs it
+emulated. float16 runs.
 
   python bench/slow_host.py -- make demo
 """
