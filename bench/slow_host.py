@@ -21,6 +21,7 @@ emulated. float16 runs.
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,8 +58,10 @@ def cpu_cgroup(name):
     try:
         yield group, set_quota
     finally:
-        for _ in range(50):  # the last processes may take a moment to leave
+        for _ in range(50):  # what the command left behind is killed, then the group goes
             with contextlib.suppress(OSError):
+                for pid in (group / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
                 group.rmdir()
                 break
             time.sleep(0.1)
@@ -101,19 +104,28 @@ def main():
     parser.add_argument("--python", default=str(BENCH.parent / ".venv" / "bin" / "python"),
                         help="a Python with TensorFlow, to measure the peak (another checkout's "
                              "venv when the command builds this one's)")
+    parser.add_argument("--cores", type=float, default=0.0,
+                        help="the quota, in cores, without measuring the peak (a quota an "
+                             "earlier run printed); 0: calibrate to --target_gflops")
     parser.add_argument("command", nargs="+", help="the command to run (after --)")
     args = parser.parse_args()
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    # A SIGTERM (a scheduler, `kill`) unwinds through cpu_cgroup's clean-up like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with cpu_cgroup(f"bert_tf_slow_host_{os.getpid()}") as (group, set_quota):
-        cores, peak = calibrate(group, set_quota, env, args.target_gflops,
-                                args.python)
+        if args.cores:
+            cores = args.cores
+            set_quota(cores)
+        else:
+            cores, peak = calibrate(group, set_quota, env, args.target_gflops, args.python)
         start = time.time()
         status = subprocess.run(in_group(group, args.command), env=env).returncode
         wall = time.time() - start
-        after = fp32_peak(group, env, args.python)
+        peaks = "" if args.cores else (
+            f", fp32 peak {peak:.0f} GFLOP/s before, {fp32_peak(group, env, args.python):.0f} "
+            f"after (target {args.target_gflops:.0f})")
     print(f"slow_host: exit {status}, {wall:.0f} s wall ({wall / 60:.1f} min) at a quota of "
-          f"{cores:.2f} cores, fp32 peak {peak:.0f} GFLOP/s before, {after:.0f} after "
-          f"(target {args.target_gflops:.0f})")
+          f"{cores:.2f} cores{peaks}")
     return status
 
 
