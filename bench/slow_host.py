@@ -6,9 +6,10 @@ Two things make this host behave like it:
   - oneDNN may use AVX2 at most (ONEDNN_MAX_CPU_ISA=AVX2: no AVX512, no bf16 instructions);
   - the command's processes run in a cgroup whose CPU quota brings TensorFlow's fp32 matmul
     peak (2 threads, 4096^3, measured in the cgroup) down to --target_gflops.
-The quota slows everything by the same factor, single-thread Python too, where Zen 1 is less
-behind (about 2x, not the matmul's 3-6x): wall times measured here are an upper bound for
-Zen 1's. bert_tf's choice of precision reads the cap too (doctor_training.cpu_flags), so the
+The threads share the quota: two busy threads are slowed as much as Zen 1's (3.2x), one thread
+only 1.6x where Zen 1's is about 2.9x slower (bench/README.md, "A Zen 1 stand-in": a training
+process started in 8.2 s here, 14.7 s on Zen 1). Work that is mostly one thread (start-up,
+tracing, one-thread runs) is too fast here: wall times are a lower bound for Zen 1's. bert_tf's choice of precision reads the cap too (doctor_training.cpu_flags), so the
 demo pretrains in fp32 as on Zen 1. What the stand-in cannot run: bfloat16 matmuls with oneDNN
 on. TensorFlow decides from the CPU, not the cap, that oneDNN multiplies bfloat16, and a 4x8
 bfloat16 tf.matmul under ONEDNN_MAX_CPU_ISA=AVX2 then dies of a segmentation fault (exit 139;
