@@ -121,8 +121,9 @@ class DemoConfig:
     output_dir: str = os.path.join(REPO, "demo_output")
     cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")
     recipe: str = "budget"
-    # The budget recipe's pretraining time: the whole demo within 10 minutes on the slowest
-    # host (docs/budget.md).
+    # The budget recipe's pretraining time, meant to keep the whole demo within 10 minutes on
+    # the slowest host: 9.4 min on the Zen 1 stand-in, about 12 estimated on Zen 1 itself
+    # (docs/budget.md, "The demo on a Zen 1 stand-in").
     max_train_time: str = "5m"
     num_train_steps: int = 0  # 0: the recipe's
     dupe_factor: int = 2
