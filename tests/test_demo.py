@@ -59,6 +59,18 @@ def test_recipe_carries_the_precision_and_the_time_budget(tmp_path):
     assert ["--learning_rate_schedule", "triangle"] in pairs
 
 
+def test_pretraining_gets_what_the_time_budget_leaves_after_a_reserve_for_the_rest():
+    # 540 s in all, 60 spent, fine-tuning from random init took 50: it takes 50 again and
+    # the rest after the updates REST_PER_FINETUNING x 50.
+    reserve = 50 * (1 + demo.REST_PER_FINETUNING) + demo.RESERVE_MARGIN_SECONDS
+    assert demo.pretraining_seconds(540, 60, 50) == 540 - 60 - reserve
+    # A machine too slow for the budget still pretrains long enough to show something.
+    assert demo.pretraining_seconds(540, 400, 200) == demo.MIN_PRETRAINING_SECONDS
+    config = demo.DemoConfig(max_train_time="4m")
+    assert demo.pretraining_budget(config, 0, 50) == "4m"
+    assert demo.pretraining_budget(demo.DemoConfig(recipe="classic"), 0, 50) == ""
+
+
 def test_budget_recipe_data_is_unmasked_single_segment_with_room_for_its_masks():
     """create_pretraining_data.py refuses --masked_lm_prob with --dynamic_masking; the records'
     masked positions must hold run_pretraining's 30% (its config check)."""
@@ -97,6 +109,12 @@ def test_output_dir_is_replaced_only_when_an_earlier_demo_made_it(tmp_path, caps
     assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache),
                                     max_train_time="4 minutes")) == 1
     assert "--max_train_time" in capsys.readouterr().err
+    assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache),
+                                    time_budget="nine minutes")) == 1
+    assert "--time_budget got 'nine minutes'" in capsys.readouterr().err
+    assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache),
+                                    time_budget="")) == 1
+    assert "--time_budget is empty and so is --max_train_time" in capsys.readouterr().err
     assert demo.run(demo.DemoConfig(output_dir=str(work), cache_dir=str(cache))) == 1
     assert (f"--output_dir={work} holds files not made by an earlier demo run (model.ckpt); "
             "demo replaces the whole directory" in capsys.readouterr().err)

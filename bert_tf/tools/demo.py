@@ -8,15 +8,16 @@ Steps, each a command a user would run (printed as it runs):
   3. python -m bert_tf build_vocab: an 8,000-piece WordPiece vocab of the training books
   4. create_pretraining_data.py: TFRecords as the recipe asks (launch/recipes/demo_*.flags;
      training books, one held out)
-  5. python -m bert_tf doctor on the training flags (the recipe's, within --max_train_time
-     for the budget recipe), then
+  5. run_finetuning.py from random initialisation, the baseline: which of three unseen books
+     a short passage comes from, 3 seeds at once (each run's output in its finetune/ folder);
+     how long that took tells how long step 9 will
+  6. python -m bert_tf doctor on the training flags (the budget recipe's pretraining gets
+     what --time_budget leaves after the other steps: DemoConfig), then
      horovodrun -np 2 --gloo run_pretraining.py (via launch/launch.py) and eval, in bf16
      where the CPU has native bfloat16 matmuls, else fp32
-  6. python -m bert_tf predict on a few sentences
-  7. loss curve PNG; python -m bert_tf analyze_attention
-  8. run_finetuning.py: which of three unseen books a short passage comes from, fine-tuned
-     from the demo's model and, as the baseline, from random initialisation, 3 seeds each
-     (two runs at a time, each run's output in its finetune/ folder)
+  7. python -m bert_tf predict on a few sentences
+  8. loss curve PNG; python -m bert_tf analyze_attention
+  9. run_finetuning.py on the book task from the demo's model, 3 seeds at once
 Masked-LM accuracy on the held-out book is printed next to the unigram baseline
 (always guessing the training data's most frequent masked token).
 """
@@ -71,9 +72,17 @@ VOCAB_SIZE = 8000
 # Fine-tuning seeds (classifier initialisation, data order; also the weights of random init):
 # one seed's luck moves the book task's dev accuracy by several points.
 FINETUNING_SEEDS = (1, 2, 3)
-# Runs at once, the cores shared among them: their start-up (imports, tracing) is one thread's
-# work, so two single-thread runs finish sooner than one two-thread run after another.
-FINETUNING_PARALLEL = 2
+# The demo's time after pretraining's updates (doctor; pretraining's start-up, final checkpoint
+# and eval; the baseline, predictions and attention side by side) against how long the seeds'
+# runs from random init took: 1.1x on a 2-core Zen 3 (AVX2), 1.5x under bench/slow_host.py
+# there (issue 44's note, 2026-12-07); the larger.
+REST_PER_FINETUNING = 1.5
+RESERVE_MARGIN_SECONDS = 15
+# Fewer seconds of updates than this teach the demo's model too little to show anything.
+MIN_PRETRAINING_SECONDS = 120
+# The seeds' runs go at once, one thread each, the cores shared among them: their start-up
+# (imports, tracing) is one thread's work, so single-thread runs side by side finish sooner
+# than two-thread runs one after another.
 # What to try when pretraining did not pay (docs/budget.md).
 PAYS_FROM = ("a longer --max_train_time (budget recipe) or --num_train_steps (classic) trains "
              "further (docs/budget.md)")
@@ -121,10 +130,11 @@ class DemoConfig:
     output_dir: str = os.path.join(REPO, "demo_output")
     cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "bert_tf", "demo")
     recipe: str = "budget"
-    # The budget recipe's pretraining time, meant to keep the whole demo within 10 minutes on
-    # the slowest host: 9.4 min on the Zen 1 stand-in, about 12 estimated on Zen 1 itself
-    # (docs/budget.md, "The demo on a Zen 1 stand-in").
-    max_train_time: str = "5m"
+    # The whole demo's wall-clock target, for the budget recipe: its pretraining gets what is
+    # left after the steps before it and the reserve for those after it (pretraining_seconds),
+    # so that `make demo` fits 10 minutes on a slow host and pretrains longer on a fast one.
+    time_budget: str = "9m"
+    max_train_time: str = ""  # the budget recipe's pretraining time; "": from time_budget
     num_train_steps: int = 0  # 0: the recipe's
     dupe_factor: int = 2
     precision: str = "auto"
@@ -141,8 +151,12 @@ def define_flags() -> None:
                       "Pretraining recipe: budget (launch/recipes/demo_budget.flags, within "
                       "--max_train_time) or classic (Google's 2019 objective, "
                       "launch/recipes/demo_classic.flags, for --num_train_steps).")
+    flags.DEFINE_string("time_budget", DemoConfig.time_budget,
+                        "--recipe=budget: the whole demo's wall-clock target (e.g. 9m, 20m); "
+                        "pretraining gets what the other steps, timed on this machine, leave.")
     flags.DEFINE_string("max_train_time", DemoConfig.max_train_time,
-                        "--recipe=budget: wall-clock pretraining budget (e.g. 90s, 4m, 1h).")
+                        "--recipe=budget: the pretraining time (e.g. 90s, 4m, 1h) in place "
+                        "of what --time_budget leaves.")
     flags.DEFINE_integer("num_train_steps", DemoConfig.num_train_steps,
                          "Optimizer updates of the demo model (64 sequences each); 0: the "
                          "recipe's (budget: a cap).")
@@ -236,21 +250,17 @@ def write_book_task(books_dir, data_dir):
             f.writelines(f"{book}\t{text}\n" for book, text in part)
 
 
-def finetune_books(out, books_dir, config_file, vocab, model_dir):
-    """Fine-tunes the demo model and random initialisation on the book task, once per seed,
-    FINETUNING_PARALLEL runs at a time.
+def finetune_books(out, data_dir, config_file, vocab, init=""):
+    """Fine-tunes on the book task (write_book_task's `data_dir`) from checkpoint `init` ("":
+    random initialisation), one single-thread run per seed, all at once.
 
     Returns:
-      {"pretrained": [dev accuracy per seed], "random_init": [...], "majority_baseline": float}.
+      ([dev accuracy per seed], the majority baseline's accuracy).
     """
-    data_dir = os.path.join(out, "finetune", "books")
-    write_book_task(books_dir, data_dir)
-    runs = [(name, init, seed) for name, init in (("pretrained", model_dir), ("random_init", ""))
-            for seed in FINETUNING_SEEDS]
-    parallel = min(FINETUNING_PARALLEL, os.cpu_count() or 1)
-    env = thread_env(max(1, (os.cpu_count() or 1) // parallel))
+    name = "pretrained" if init else "random_init"
+    env = thread_env(1)
 
-    def finetune(name, init, seed):
+    def finetune(seed):
         output_dir = os.path.join(out, "finetune", f"{name}-seed{seed}")
         os.makedirs(output_dir, exist_ok=True)
         # --rescale_embeddings: the budget recipe's LAMB leaves the embeddings too large for
@@ -265,13 +275,9 @@ def finetune_books(out, books_dir, config_file, vocab, model_dir):
         with open(os.path.join(output_dir, "eval_results.json"), encoding="utf-8") as f:
             return json.load(f)
 
-    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        evaluations = list(pool.map(lambda run: finetune(*run), runs))
-    results = {"pretrained": [], "random_init": []}
-    for (name, _, _), evaluation in zip(runs, evaluations, strict=True):
-        results[name].append(evaluation["accuracy"])
-        results["majority_baseline"] = evaluation["majority_baseline"]
-    return results
+    with concurrent.futures.ThreadPoolExecutor(len(FINETUNING_SEEDS)) as pool:
+        evaluations = list(pool.map(finetune, FINETUNING_SEEDS))
+    return [e["accuracy"] for e in evaluations], evaluations[0]["majority_baseline"]
 
 
 def downstream_lines(finetuned):
@@ -406,7 +412,8 @@ def prepare_pretraining_data(out, books_dir, dupe_factor, recipe: dict, vocab=No
             "--input_files=" + ",".join(os.path.join(books_dir, f"{b}.txt") for b in names),
             f"--output_dir={texts[split]}", f"--num_shards={shards}"])
     vocab = vocab or build_corpus_vocab(out, texts["train"])
-    for split, dupe in (("train", dupe_factor), ("eval", 1)):
+
+    def create_records(split, dupe):
         shards = len(os.listdir(texts[split]))
         pattern = os.path.join(out, "data", f"{split}-{{shard:05d}}.tfrecord")
         run_step(f"create {split} TFRecords", [
@@ -416,7 +423,56 @@ def prepare_pretraining_data(out, books_dir, dupe_factor, recipe: dict, vocab=No
             *data_flags(recipe), f"--dupe_factor={dupe}", "--random_seed=12345", f"--num_workers={shards}",
             "--noprogress"])
         records[split] = os.path.join(out, "data", f"{split}-*.tfrecord")
+
+    # Side by side: the held-out book's one worker is mostly start-up (imports).
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for step in [pool.submit(create_records, "train", dupe_factor),
+                     pool.submit(create_records, "eval", 1)]:
+            step.result()
     return {"vocab": vocab, "texts": texts, "records": records}
+
+
+def masked_lm_baseline(out, records, recipe: dict, vocab, model_dir) -> dict:
+    """The unigram baseline of the held-out masked tokens (unigram_baseline), and the loss
+    curve against it (out/loss_curve.png).
+
+    Returns:
+      {"token": the most frequent training token, "accuracy": .., "loss": ..,
+       "masked_tokens": how many held-out tokens are predicted}.
+    """
+    from bert_tf.data.tokenization import FullTokenizer
+
+    tokenizer = FullTokenizer(vocab)
+    special_ids = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    unmasked = recipe["dynamic_masking"] == "true"
+    train_counts, eval_counts = (masked_token_counts(records[split], unmasked, special_ids)
+                                 for split in ("train", "eval"))
+    top_id, accuracy, loss = unigram_baseline(train_counts, eval_counts, len(tokenizer.vocab))
+    curve = os.path.join(out, "loss_curve.png")
+    plot_loss_curve(os.path.join(model_dir, "metrics.jsonl"), accuracy, curve)
+    log(f"loss curve: {curve}")
+    return {"token": tokenizer.convert_ids_to_tokens([top_id])[0], "accuracy": accuracy,
+            "loss": loss, "masked_tokens": sum(eval_counts.values())}
+
+
+def predict_masked_words(out, config_file, vocab, model_dir):
+    """`predict` on PREDICT_SENTENCES, into out/predictions.txt; returns its path."""
+    predictions = os.path.join(out, "predictions.txt")
+    with open(predictions, "w", encoding="utf-8") as f:
+        run_step("masked-word predictions", [
+            sys.executable, "-m", "bert_tf", "predict", f"--bert_config_file={config_file}",
+            f"--init_checkpoint={model_dir}", f"--vocab_file={vocab}",
+            *(f"--text={t}" for t in PREDICT_SENTENCES)], stdout=f)
+    return predictions
+
+
+def analyze_attention(out, config_file, vocab, model_dir, text_file):
+    """`analyze_attention` on the held-out book's `text_file`, into out/attention."""
+    run_step("attention analysis", [
+        sys.executable, "-m", "bert_tf", "analyze_attention", f"--init_checkpoint={model_dir}",
+        f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
+        f"--input_file={text_file}", f"--output_dir={os.path.join(out, 'attention')}",
+        "--max_segments=64", "--batch_size=16"])
 
 
 def write_model_config(out, vocab, **overrides):
@@ -468,6 +524,16 @@ def pretraining_command(recipe):
             f"--recipe={recipe}"]
 
 
+def pretraining_seconds(time_budget, spent, finetuning_seconds) -> float:
+    """Seconds of pretraining updates that keep the demo within `time_budget` seconds, of
+    which `spent` are gone, where fine-tuning from random init took `finetuning_seconds`:
+    fine-tuning the model takes as long again, and the rest after the updates (doctor,
+    pretraining's start-up, final checkpoint and eval, predictions, attention) about
+    REST_PER_FINETUNING of it. At least MIN_PRETRAINING_SECONDS."""
+    reserve = finetuning_seconds * (1 + REST_PER_FINETUNING) + RESERVE_MARGIN_SECONDS
+    return max(MIN_PRETRAINING_SECONDS, time_budget - spent - reserve)
+
+
 def check_config(config: DemoConfig) -> str:
     """Checks the flags and that --output_dir is missing, empty or an earlier demo's (which
     each run replaces), before anything is downloaded or removed; returns its absolute path.
@@ -482,6 +548,10 @@ def check_config(config: DemoConfig) -> str:
 
         try:
             duration_seconds(config.max_train_time)
+            if not duration_seconds(config.time_budget, "time_budget") \
+                    and not config.max_train_time:
+                raise DemoError("--time_budget is empty and so is --max_train_time: give the "
+                                "demo's time (e.g. --time_budget=9m) or pretraining's")
         except PretrainingConfigError as e:
             raise DemoError(str(e)) from None
     with contextlib.suppress(OSError):
@@ -489,6 +559,27 @@ def check_config(config: DemoConfig) -> str:
         if "pretrain.flags" in entries and entries <= DEMO_ENTRIES:  # a demo's before the mark
             mark_as_owned(config.output_dir, "demo")
     return check_output_dir(config.output_dir, "output_dir", command="demo")
+
+
+def pretraining_budget(config: DemoConfig, start, finetuning_seconds) -> str:
+    """run_pretraining's --max_train_time: "" (the classic recipe), --max_train_time, or what
+    --time_budget leaves of the demo begun at `start` (pretraining_seconds), logged."""
+    if config.recipe != "budget":
+        return ""
+    if config.max_train_time:
+        return config.max_train_time
+    from bert_tf.train.config import duration_seconds
+
+    time_budget = duration_seconds(config.time_budget, "time_budget")
+    spent = time.time() - start
+    seconds = pretraining_seconds(time_budget, spent, finetuning_seconds)
+    log(f"pretraining budget: {seconds:.0f} s (--time_budget={config.time_budget}: {spent:.0f} "
+        f"s spent; fine-tuning from random init took {finetuning_seconds:.0f} s, so "
+        f"{time_budget - spent - seconds:.0f} s kept for the steps after the updates)")
+    if seconds <= MIN_PRETRAINING_SECONDS:
+        log(f"the demo will take longer than --time_budget={config.time_budget} here: "
+            f"pretraining gets at least {MIN_PRETRAINING_SECONDS} s")
+    return f"{seconds:.0f}s"
 
 
 def run(config: DemoConfig) -> int:
@@ -504,10 +595,15 @@ def run(config: DemoConfig) -> int:
         data = prepare_pretraining_data(out, books, config.dupe_factor, recipe)
         vocab, texts, records = data["vocab"], data["texts"], data["records"]
         config_file = write_model_config(out, vocab)
+        book_task = os.path.join(out, "finetune", "books")
+        write_book_task(books, book_task)
+        finetuning_start = time.time()
+        finetuned = dict(zip(("random_init", "majority_baseline"),
+                             finetune_books(out, book_task, config_file, vocab), strict=True))
+        budget = pretraining_budget(config, start, time.time() - finetuning_start)
         model_dir = os.path.join(out, "model")
         precision = pretraining_precision(config.precision, cpu_flags())
         log(f"pretraining precision: {precision} (--precision={config.precision})")
-        budget = config.max_train_time if config.recipe == "budget" else ""
         flagfile = write_recipe(out, config_file, vocab, records, model_dir, recipe,
                                 precision=precision, max_train_time=budget)
         run_step("preflight", [sys.executable, "-m", "bert_tf", "doctor", f"--flagfile={flagfile}"])
@@ -516,48 +612,29 @@ def run(config: DemoConfig) -> int:
 
         with open(os.path.join(model_dir, "eval_results.json"), encoding="utf-8") as f:
             eval_results = json.load(f)
-        from bert_tf.data.tokenization import FullTokenizer
-        tokenizer = FullTokenizer(vocab)
-        special_ids = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
-        unmasked = recipe["dynamic_masking"] == "true"
-        train_counts = masked_token_counts(records["train"], unmasked, special_ids)
-        eval_counts = masked_token_counts(records["eval"], unmasked, special_ids)
-        top_id, base_accuracy, base_loss = unigram_baseline(train_counts, eval_counts,
-                                                            len(tokenizer.vocab))
-        top_token = tokenizer.convert_ids_to_tokens([top_id])[0]
-
-        curve = os.path.join(out, "loss_curve.png")
-        plot_loss_curve(os.path.join(model_dir, "metrics.jsonl"), base_accuracy, curve)
-        log(f"loss curve: {curve}")
-
-        predictions = os.path.join(out, "predictions.txt")
-        with open(predictions, "w", encoding="utf-8") as f:
-            run_step("masked-word predictions", [
-                sys.executable, "-m", "bert_tf", "predict", f"--bert_config_file={config_file}",
-                f"--init_checkpoint={model_dir}", f"--vocab_file={vocab}",
-                *(f"--text={t}" for t in PREDICT_SENTENCES)], stdout=f)
-        attention_dir = os.path.join(out, "attention")
-        run_step("attention analysis", [
-            sys.executable, "-m", "bert_tf", "analyze_attention", f"--init_checkpoint={model_dir}",
-            f"--bert_config_file={config_file}", f"--vocab_file={vocab}",
-            f"--input_file={texts['eval']}/part-00000-of-00001.txt",
-            f"--output_dir={attention_dir}",
-            "--max_segments=64", "--batch_size=16"])
-        finetuned = finetune_books(out, books, config_file, vocab, model_dir)
+        # One thread's work each: side by side on the two cores.
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            steps = [pool.submit(predict_masked_words, out, config_file, vocab, model_dir),
+                     pool.submit(analyze_attention, out, config_file, vocab, model_dir,
+                                 f"{texts['eval']}/part-00000-of-00001.txt")]
+            baseline = masked_lm_baseline(out, records, recipe, vocab, model_dir)
+            predictions, _ = (step.result() for step in steps)
+        finetuned["pretrained"], _ = finetune_books(out, book_task, config_file, vocab,
+                                                    model_dir)
     except (DemoError, OutputDirError) as e:
         print(f"demo: error: {e}", file=sys.stderr)
         return 1
 
     accuracy = eval_results["masked_lm_accuracy"]
     summary = [
-        f"held-out book(s): {', '.join(EVAL_BOOKS)}; {sum(eval_counts.values())} masked tokens",
-        f"masked LM accuracy: {accuracy:.3f}   (unigram baseline: {base_accuracy:.3f}, "
-        f"always '{top_token}')",
+        f"held-out book(s): {', '.join(EVAL_BOOKS)}; {baseline['masked_tokens']} masked tokens",
+        f"masked LM accuracy: {accuracy:.3f}   (unigram baseline: {baseline['accuracy']:.3f}, "
+        f"always '{baseline['token']}')",
         f"masked LM loss:     {eval_results['masked_lm_loss']:.3f}   (unigram baseline: "
-        f"{base_loss:.3f})",
+        f"{baseline['loss']:.3f})",
         *([f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
            "(chance: 0.5)"] if "next_sentence_accuracy" in eval_results else []),
-        f"accuracy / baseline: {accuracy / base_accuracy:.1f}x",
+        f"accuracy / baseline: {accuracy / baseline['accuracy']:.1f}x",
         *downstream_lines(finetuned),
     ]
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:
