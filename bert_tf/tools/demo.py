@@ -80,12 +80,9 @@ REST_PER_FINETUNING = 1.5
 RESERVE_MARGIN_SECONDS = 15
 # Fewer seconds of updates than this teach the demo's model too little to show anything.
 MIN_PRETRAINING_SECONDS = 120
-# The seeds' runs go at once, one thread each, the cores shared among them: their start-up
-# (imports, tracing) is one thread's work, so single-thread runs side by side finish sooner
-# than two-thread runs one after another.
 # What to try when pretraining did not pay (docs/budget.md).
-PAYS_FROM = ("a longer --max_train_time (budget recipe) or --num_train_steps (classic) trains "
-             "further (docs/budget.md)")
+PAYS_FROM = ("a longer --time_budget or --max_train_time (budget recipe) or --num_train_steps "
+             "(classic) trains further (docs/budget.md)")
 PREDICT_SENTENCES = (
     "she was very glad to [MASK] him again.",
     "he put his [MASK] into his pocket.",
@@ -252,7 +249,9 @@ def write_book_task(books_dir, data_dir):
 
 def finetune_books(out, data_dir, config_file, vocab, init=""):
     """Fine-tunes on the book task (write_book_task's `data_dir`) from checkpoint `init` ("":
-    random initialisation), one single-thread run per seed, all at once.
+    random initialisation), one single-thread run per seed, all at once: their start-up
+    (imports, tracing) is one thread's work, so single-thread runs side by side finish sooner
+    than two-thread runs one after another.
 
     Returns:
       ([dev accuracy per seed], the majority baseline's accuracy).
@@ -598,8 +597,7 @@ def run(config: DemoConfig) -> int:
         book_task = os.path.join(out, "finetune", "books")
         write_book_task(books, book_task)
         finetuning_start = time.time()
-        finetuned = dict(zip(("random_init", "majority_baseline"),
-                             finetune_books(out, book_task, config_file, vocab), strict=True))
+        random_init, majority = finetune_books(out, book_task, config_file, vocab)
         budget = pretraining_budget(config, start, time.time() - finetuning_start)
         model_dir = os.path.join(out, "model")
         precision = pretraining_precision(config.precision, cpu_flags())
@@ -619,8 +617,7 @@ def run(config: DemoConfig) -> int:
                                  f"{texts['eval']}/part-00000-of-00001.txt")]
             baseline = masked_lm_baseline(out, records, recipe, vocab, model_dir)
             predictions, _ = (step.result() for step in steps)
-        finetuned["pretrained"], _ = finetune_books(out, book_task, config_file, vocab,
-                                                    model_dir)
+        pretrained, _ = finetune_books(out, book_task, config_file, vocab, model_dir)
     except (DemoError, OutputDirError) as e:
         print(f"demo: error: {e}", file=sys.stderr)
         return 1
@@ -635,7 +632,8 @@ def run(config: DemoConfig) -> int:
         *([f"next sentence accuracy: {eval_results['next_sentence_accuracy']:.3f}   "
            "(chance: 0.5)"] if "next_sentence_accuracy" in eval_results else []),
         f"accuracy / baseline: {accuracy / baseline['accuracy']:.1f}x",
-        *downstream_lines(finetuned),
+        *downstream_lines({"pretrained": pretrained, "random_init": random_init,
+                           "majority_baseline": majority}),
     ]
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(summary) + "\n")
