@@ -35,7 +35,8 @@ NICE_WEIGHTS = {-10: 9548, -9: 7620, -8: 6100, -7: 4904, -6: 3906, -5: 3121, -4:
                 -3: 1991, -2: 1586, -1: 1277, 0: 1024}
 # Zen 1 against this script's hosts on one thread: bench/startup.py's baseline (checkout
 # 5a678dd, a training process's start to exit) took 14.7 s on Zen 1 (session 9) and 5.35 s on
-# a 2-core Zen 3 (AVX2; 2026-12-07: `python bench/startup.py --baseline /tmp/s9old --rounds 3`).
+# a 2-core Zen 3 (AVX2; 2026-12-07: `python bench/startup.py --baseline /tmp/s9old --rounds 3`);
+# 6.47 s on a 2-core Intel Xeon with AMX (family 6 model 167; 2026-12-08): --slowdown=2.27 there.
 ZEN1_THREAD_SLOWDOWN = 2.8
 
 

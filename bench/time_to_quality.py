@@ -9,6 +9,9 @@ the demo's 8,000-piece vocab) and machine for every row. Rows:
   budget             launch/recipes/demo_budget.flags (docs/budget.md)
   classic+<change>   the classic recipe with one of the budget recipe's changes (ABLATIONS),
                      at --ablation_budgets only (default: the smallest budget)
+  budget+<change>    the budget recipe with one of CHANGES (by --rows only, as are the
+                     classic+ rows of changes not in ABLATIONS), e.g. budget+batch16 against
+                     budget: what a change is worth on that recipe
   hf_run_mlm         bench/peers/hf_run_mlm.py: transformers' run_mlm.py defaults (its venv,
                      bench/setup_peers.sh hf), converted with `convert hf_to_tf`
   random_init        no pretraining
@@ -61,16 +64,25 @@ from bert_tf.tools import demo  # noqa: E402  the demo's corpus, recipes and boo
 
 HF_PEER = Path(__file__).resolve().parent / "peers" / "hf_run_mlm.py"
 CAP_STEPS = 100_000  # every bert_tf row stops at its budget, never at this cap
-# One budget change each on the classic recipe (docs/budget.md gives each one's source).
-ABLATIONS = {
+# Named flag changes: a row `classic+<name>` or `budget+<name>` is that recipe with one.
+CHANGES = {
     "mlm_only": {"next_sentence_prediction": "false"},
     "mask30": {"masked_lm_prob": "0.3", "max_predictions_per_seq": "38",
                "dynamic_masking": "true"},
     "no_dropout": {"dropout": "false"},
     "triangle": {"learning_rate": "2e-2", "learning_rate_schedule": "triangle",
                  "num_warmup_steps": "0"},
+    "batch16": {"train_batch_size": "16"},
+    "lr4e-2": {"learning_rate": "4e-2"},
+    "seq64": {"max_seq_length": "64", "max_predictions_per_seq": "19"},
 }
+# The budget recipe's changes, each on the classic recipe alone: the ablation rows
+# (docs/budget.md gives each one's source).
+ABLATIONS = ("mlm_only", "mask30", "no_dropout", "triangle")
 ROWS = ("classic", "budget", *(f"classic+{a}" for a in ABLATIONS), "hf_run_mlm", "random_init")
+# Every row --rows may name, in the report's order.
+KNOWN_ROWS = (*ROWS, *(f"{base}+{c}" for base in ("classic", "budget") for c in CHANGES
+                       if f"{base}+{c}" not in ROWS))
 # The held-out set every row is scored on.
 EVAL_RECIPE = {"max_seq_length": "128", "max_predictions_per_seq": "20", "masked_lm_prob": "0.15",
                "dynamic_masking": "false", "next_sentence_prediction": "false"}
@@ -111,7 +123,7 @@ def parse_args():
         or args.budgets
     args.rows = [r for r in args.rows.split(",") if r]
     args.tasks = [t for t in args.tasks.split(",") if t]
-    for flag, chosen, known in (("rows", args.rows, ROWS), ("tasks", args.tasks, TASKS)):
+    for flag, chosen, known in (("rows", args.rows, KNOWN_ROWS), ("tasks", args.tasks, TASKS)):
         if set(chosen) - set(known):
             common.fail(f"--{flag}: unknown {sorted(set(chosen) - set(known))}; "
                         f"choose from {', '.join(known)}")
@@ -124,10 +136,9 @@ def parse_args():
 
 def row_recipe(row) -> dict:
     """run_pretraining flags of a bert_tf row, its schedule over the time budget."""
-    base = "budget" if row == "budget" else "classic"
+    base, _, change = row.partition("+")
     recipe = demo.recipe_flags(base, CAP_STEPS)
-    if row.startswith("classic+"):
-        recipe.update(ABLATIONS[row.split("+", 1)[1]])
+    recipe.update(CHANGES.get(change, {}))
     return recipe
 
 
@@ -143,8 +154,8 @@ def prepare(args):
     work = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
     books = demo.fetch_corpus(os.path.join(Path.home(), ".cache", "bert_tf", "demo"))
-    recipes = [EVAL_RECIPE] + [row_recipe(r) for r in ROWS if r not in ("hf_run_mlm",
-                                                                         "random_init")]
+    recipes = [EVAL_RECIPE] + [row_recipe(r) for r in args.rows
+                                    if r not in ("hf_run_mlm", "random_init")]
     vocab, records = None, {}
     for recipe in recipes:
         key = data_key(recipe)
@@ -354,7 +365,7 @@ def paired_gain(rounds, key, reference, task):
 
 def markdown(args, rounds):
     table = summarise(args, rounds)
-    order = sorted(table, key=lambda k: (k[1], ROWS.index(k[0])))
+    order = sorted(table, key=lambda k: (k[1], KNOWN_ROWS.index(k[0])))
     headers = ["row", "budget (s)", "updates", "held-out MLM loss"]
     headers += [f"{t} accuracy" for t in args.tasks]
     headers += [f"{t} vs classic (paired)" for t in args.tasks]

@@ -40,7 +40,9 @@ def test_downstream_verdict_needs_every_seed_ahead():
              "majority_baseline": 0.33}
     assert "pretraining pays: +5.0 points" in demo.downstream_lines(ahead)[-1]
     overlapping = {**ahead, "pretrained": [0.69, 0.74, 0.73]}
-    assert "does not pay here yet" in demo.downstream_lines(overlapping)[-1]
+    assert "within the seeds' spread" in demo.downstream_lines(overlapping)[-1]
+    behind = {**ahead, "pretrained": [0.40, 0.45, 0.42]}
+    assert "-25.7 points, every seed behind" in demo.downstream_lines(behind)[-1]
 
 
 def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bfloat16():

@@ -132,21 +132,24 @@ def read_splits(args):
     return train, held_out
 
 
-def make_forward_fn(model):
+def make_forward_fn(model, with_attention):
     ids = tf.TensorSpec([None, None], tf.int32)
 
     @tf.function(input_signature=[ids, ids, ids])  # one trace for every batch shape
     def forward(input_ids, input_mask, segment_ids):
-        outputs = model.bert(input_ids, input_mask, segment_ids, return_attention=True)
-        return tf.stack(outputs.attention_probs), tf.stack(outputs.hidden_states)
+        outputs = model.bert(input_ids, input_mask, segment_ids,
+                             return_attention=with_attention)
+        attention = tf.stack(outputs.attention_probs) if with_attention else tf.zeros([0])
+        return attention, tf.stack(outputs.hidden_states)
     return forward
 
 
-def word_level_outputs(model, segments, tokenizer, batch_size):
+def word_level_outputs(model, segments, tokenizer, batch_size, with_attention):
     """Per segment: word-level attention [layers x heads, w + 2, w + 2] over [CLS] words
-    [SEP], and each layer's word vectors [layers + 1, w, D] (layer 0 = embeddings), a
-    word's vector the mean of its pieces'."""
-    forward = make_forward_fn(model)
+    [SEP] (None without `with_attention`: the UPOS probe needs none), and each layer's word
+    vectors [layers + 1, w, D] (layer 0 = embeddings), a word's vector the mean of its
+    pieces'."""
+    forward = make_forward_fn(model, with_attention)
     order = sorted(range(len(segments)), key=lambda i: len(segments[i].tokens))
     outputs = [None] * len(segments)
     for batch in tqdm(list(batches_of(order, batch_size)), desc="model", unit="batch",
@@ -158,9 +161,12 @@ def word_level_outputs(model, segments, tokenizer, batch_size):
         attention, states = attention.numpy(), states.numpy()
         for b, i in enumerate(batch):
             n, word_ids = len(segments[i].tokens), segments[i].word_ids
-            maps = statistics.to_word_attention(attention[:, b, :, :n, :n], word_ids)
             vectors = statistics.to_word_vectors(states[:, b, :n], word_ids)[:, 1:-1]
-            outputs[i] = (maps.reshape(-1, *maps.shape[-2:]), vectors)
+            if with_attention:
+                maps = statistics.to_word_attention(attention[:, b, :, :n, :n], word_ids)
+                outputs[i] = (maps.reshape(-1, *maps.shape[-2:]), vectors)
+            else:
+                outputs[i] = (None, vectors)
     return outputs
 
 
@@ -273,9 +279,11 @@ def _probe_model(model, segments, vectors, tokenizer, args, with_baselines):
     UPOS accuracy, from one model's attention and states."""
     layer_vectors, uas_sets = {}, {}
     for split in ("train", "eval"):
-        outputs = word_level_outputs(model, segments[split], tokenizer, args.batch_size)
-        uas_sets[split] = [probes.probe_sentence(s.sentence, maps, v) for s, (maps, _), v in
-                           zip(segments[split], outputs, vectors[split], strict=True)]
+        outputs = word_level_outputs(model, segments[split], tokenizer, args.batch_size,
+                                     with_attention=args.dependency_probes)
+        if args.dependency_probes:
+            uas_sets[split] = [probes.probe_sentence(s.sentence, maps, v) for s, (maps, _), v
+                               in zip(segments[split], outputs, vectors[split], strict=True)]
         layer_vectors[split] = [states for _, states in outputs]
     uas, trained, tuning = (dependency_uas(uas_sets["train"], uas_sets["eval"], args,
                                            with_baselines)

@@ -290,8 +290,10 @@ def downstream_lines(finetuned):
     if min(pretrained) > max(random_init):
         verdict = f"pretraining pays: +{100 * gain:.1f} points, every seed ahead"
     else:
-        verdict = (f"pretraining does not pay here yet ({100 * gain:+.1f} points, within the "
-                   f"seeds' spread): {PAYS_FROM}")
+        where = ("every seed behind" if max(pretrained) < min(random_init)
+                 else "within the seeds' spread")
+        verdict = (f"pretraining does not pay here yet ({100 * gain:+.1f} points, {where}): "
+                   f"{PAYS_FROM}")
     return [
         f"fine-tuned on which of {len(FINETUNE_BOOKS)} unseen books a {PASSAGE_WORDS}-word "
         f"passage comes from ({len(FINETUNE_BOOKS) * DEV_PASSAGES} dev passages, "
