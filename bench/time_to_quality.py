@@ -9,9 +9,9 @@ the demo's 8,000-piece vocab) and machine for every row. Rows:
   budget             launch/recipes/demo_budget.flags (docs/budget.md)
   classic+<change>   the classic recipe with one of the budget recipe's changes (ABLATIONS),
                      at --ablation_budgets only (default: the smallest budget)
-  budget+<change>    the budget recipe with one of CHANGES (by --rows only, as are the
-                     classic+ rows of changes not in ABLATIONS), e.g. budget+batch16 against
-                     budget: what a change is worth on that recipe
+  budget+<change>    the budget recipe with one of CHANGES, e.g. budget+batch16 against
+                     budget (these and classic+<change> of changes beyond ABLATIONS: by
+                     --rows only)
   hf_run_mlm         bench/peers/hf_run_mlm.py: transformers' run_mlm.py defaults (its venv,
                      bench/setup_peers.sh hf), converted with `convert hf_to_tf`
   random_init        no pretraining

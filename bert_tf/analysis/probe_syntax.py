@@ -161,12 +161,11 @@ def word_level_outputs(model, segments, tokenizer, batch_size, with_attention):
         attention, states = attention.numpy(), states.numpy()
         for b, i in enumerate(batch):
             n, word_ids = len(segments[i].tokens), segments[i].word_ids
-            vectors = statistics.to_word_vectors(states[:, b, :n], word_ids)[:, 1:-1]
+            maps = None
             if with_attention:
                 maps = statistics.to_word_attention(attention[:, b, :, :n, :n], word_ids)
-                outputs[i] = (maps.reshape(-1, *maps.shape[-2:]), vectors)
-            else:
-                outputs[i] = (None, vectors)
+                maps = maps.reshape(-1, *maps.shape[-2:])
+            outputs[i] = (maps, statistics.to_word_vectors(states[:, b, :n], word_ids)[:, 1:-1])
     return outputs
 
 
